@@ -1,0 +1,85 @@
+"""Declarative backend tables and FlashInfer's public hooks on gated functions.
+
+Upstream wraps its GEMMs in ``@backend_requirement``, which adds a hidden ``skip_check``
+keyword and the attributes ``is_backend_supported(backend, cc=None)``,
+``is_compute_capability_supported(cc)``, ``has_backend(backend)`` and
+``has_backend_choices()``; upstream tests call them to decide what to skip. We keep those
+hooks but not the wrapper: the public function takes ``skip_check`` itself (no extra call
+layer on the hot path) and :func:`gated` only attaches the attributes and hides
+``skip_check`` from ``inspect.signature``, so introspection shows upstream's signature.
+
+Every name in a table runs on every device: on CPU it means the reference implementation,
+on CUDA the NVIDIA path, on MUSA MATE. The answers of the hooks are therefore the same for
+every compute capability; problem-specific refusals (a known name that cannot run one
+particular call) raise :class:`BackendSupportedError` from the op itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class BackendTable:
+    """The backend names one public function accepts.
+
+    Parameters
+    ----------
+    function : str
+        The public function's name, used in messages.
+    upstream : tuple of str
+        FlashInfer v0.6.17's literals for this function (empty when it has no ``backend``).
+    mate : tuple of str
+        MATE's own names, accepted as well.
+    meaning : dict
+        ``{name: {device type: what runs}}`` for the README and ``show-config``.
+    """
+
+    function: str
+    upstream: tuple[str, ...] = ()
+    mate: tuple[str, ...] = ()
+    meaning: dict = field(default_factory=dict)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.upstream + tuple(n for n in self.mate if n not in self.upstream)
+
+    def check(self, backend) -> None:
+        """Raise ``ValueError`` listing the accepted names if ``backend`` is unknown."""
+        if backend not in self.names:
+            raise ValueError(
+                f"expected one of {list(self.names)} for `backend` of {self.function}, got {backend!r}"
+            )
+
+
+def gated(table: BackendTable):
+    """Attach FlashInfer's backend hooks to a public function (which it returns unchanged)."""
+
+    def attach(fn):
+        names = table.names
+
+        def is_backend_supported(backend: str, cc: int | None = None) -> bool:
+            return backend in names
+
+        def is_compute_capability_supported(cc: int) -> bool:
+            return True
+
+        def has_backend(backend: str) -> bool:
+            return backend in names
+
+        def has_backend_choices() -> bool:
+            return bool(names)
+
+        fn.is_backend_supported = is_backend_supported
+        fn.is_compute_capability_supported = is_compute_capability_supported
+        fn.has_backend = has_backend
+        fn.has_backend_choices = has_backend_choices
+        fn.backend_table = table
+        sig = inspect.signature(fn)
+        fn.__signature__ = sig.replace(
+            parameters=[p for p in sig.parameters.values() if p.name != "skip_check"]
+        )
+        return fn
+
+    return attach

@@ -1,0 +1,1 @@
+"""FlashInfer GEMM APIs (filled in by the GEMM work)."""

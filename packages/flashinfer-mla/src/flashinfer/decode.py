@@ -1,0 +1,1 @@
+"""Decode APIs (filled in by the MLA work)."""

@@ -1,0 +1,1 @@
+"""MLA decode (filled in by the MLA work)."""

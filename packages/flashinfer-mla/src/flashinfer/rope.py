@@ -1,0 +1,1 @@
+"""RoPE + FP8 quantize (filled in by the MLA work)."""
