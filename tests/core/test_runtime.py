@@ -1,0 +1,87 @@
+"""The shared runtime: dispatch, argument checks, backend hooks, lazy MATE loading."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from flashinfer._core import checks, dispatch
+from flashinfer._core import mate as mate_loader
+from flashinfer._core.backends import BackendTable, gated
+from flashinfer.utils import LibraryError
+
+
+def test_implementation_kind_by_device(monkeypatch):
+    monkeypatch.delenv(dispatch.FORCE_REFERENCE_ENV, raising=False)
+    assert dispatch.implementation_kind(torch.device("cpu")) == "reference"
+    assert dispatch.implementation_kind("musa") == "mate"
+    expected_cuda = "cuda" if dispatch.triton_available() else "reference"
+    assert dispatch.implementation_kind("cuda") == expected_cuda
+    assert dispatch.implementation_kind("meta") == "reference"
+
+
+def test_force_reference_env(monkeypatch):
+    monkeypatch.setenv(dispatch.FORCE_REFERENCE_ENV, "1")
+    assert dispatch.implementation_kind("musa") == "reference"
+    assert dispatch.implementation_kind("cuda") == "reference"
+    monkeypatch.setenv(dispatch.FORCE_REFERENCE_ENV, "0")
+    assert dispatch.implementation_kind("musa") == "mate"
+
+
+def test_check_messages_name_argument_expected_and_received():
+    x = torch.zeros(2, 3, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"expected dtype torch.bfloat16 for `A`, got dtype torch.float16"):
+        checks.check_dtype(x, "A", torch.bfloat16)
+    with pytest.raises(ValueError, match=r"expected a 3-D tensor for `B`, got a 2-D tensor of shape \(2, 3\)"):
+        checks.check_ndim(x, "B", 3)
+    with pytest.raises(ValueError, match=r"expected shape \(3, 2\) for `out`, got shape \(2, 3\)"):
+        checks.check_shape(x, "out", (3, 2))
+    with pytest.raises(TypeError, match="expected a torch.Tensor for `seq_lens`, got None"):
+        checks.check_tensor(None, "seq_lens")
+    with pytest.raises(ValueError, match="last dimension is contiguous"):
+        checks.check_last_dim_contiguous(x.t(), "q_rope")
+
+
+def test_overlap_detection():
+    base = torch.zeros(10, 8)
+    assert checks.overlaps(base[:5], base[4:])
+    assert not checks.overlaps(base[:5], base[5:])
+    assert not checks.overlaps(base, torch.zeros(10, 8))
+    with pytest.raises(ValueError, match="expected a buffer that does not overlap `A` for `out`"):
+        checks.check_no_overlap(base[2:4], "out", {"A": base[3:6]})
+
+
+def test_gated_hooks_hide_skip_check():
+    table = BackendTable("op", upstream=("cublas", "auto"), mate=("mudnn",))
+
+    @gated(table)
+    def op(a, backend="auto", *, skip_check=False):
+        return a
+
+    assert list(inspect.signature(op).parameters) == ["a", "backend"]
+    assert op(1, skip_check=True) == 1
+    assert op.is_backend_supported("mudnn", 31) and op.is_backend_supported("cublas", 90)
+    assert not op.is_backend_supported("cudnn")
+    assert op.is_compute_capability_supported(90) and op.has_backend_choices()
+    with pytest.raises(ValueError, match=r"expected one of \['cublas', 'auto', 'mudnn'\] for `backend` of op, got 'nope'"):
+        table.check("nope")
+
+
+def test_mate_missing(no_mate):
+    assert mate_loader.find_function("mate.gemm", "bmm") is None
+    with pytest.raises(LibraryError, match="not installed"):
+        mate_loader.require_function("mate.gemm", "bmm", "bmm_fp8")
+
+
+def test_unrelated_mate(unrelated_mate):
+    assert mate_loader.mate_version() is None
+    with pytest.raises(LibraryError, match="unrelated project"):
+        mate_loader.require_function("mate.gemm", "bmm", "bmm_fp8")
+
+
+def test_mate_too_old(mate_standin):
+    with pytest.raises(LibraryError, match=r"needs mate.gemm.no_such_function.*install MATE 0.2.6 or newer"):
+        mate_loader.require_function("mate.gemm", "no_such_function", "bmm_fp8")
+    assert mate_loader.mate_version() is not None
