@@ -1,0 +1,260 @@
+"""MLA decode over a paged KV cache: ``trtllm_batch_decode_with_kv_cache_mla``.
+
+FlashInfer v0.6.17's function, sparse (``sparse_mla_top_k > 0``) and dense, on every device.
+The order inside: validate (``_checks``), normalize layouts into views, allocate outputs, resolve
+the implementation by device, make one call (see ``docs/internals.md``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._core import implementation_kind
+from .._core.checks import check_tensor, fail
+from . import _checks
+from ._dispatch import DISPATCH
+from ._metadata import DecodeMetadata, metadata_config
+
+__all__ = ["trtllm_batch_decode_with_kv_cache_mla"]
+
+
+def trtllm_batch_decode_with_kv_cache_mla(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    workspace_buffer: torch.Tensor,
+    qk_nope_head_dim: int,
+    kv_lora_rank: int,
+    qk_rope_head_dim: int,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor | None,
+    max_seq_len: int,
+    sparse_mla_top_k: int = 0,
+    out: torch.Tensor | None = None,
+    bmm1_scale: float | torch.Tensor = 1.0,
+    bmm2_scale: float | torch.Tensor = 1.0,
+    sinks: list[torch.Tensor] | None = None,
+    skip_softmax_threshold_scale_factor: float | None = None,
+    enable_pdl: bool | None = None,
+    backend: str = "auto",
+    is_var_seq: bool = True,
+    uses_shared_paged_kv_idx: bool = True,
+    lse: torch.Tensor | None = None,
+    return_lse: bool = False,
+    cute_dsl_impl: str = "auto",
+    kv_scale_format: str = "auto",
+    cum_seq_lens_q: torch.Tensor | None = None,
+    max_q_len: int | None = None,
+    multi_ctas_kv_counter_buffer: torch.Tensor | None = None,
+    sparse_mla_top_k_lens: torch.Tensor | None = None,
+    enable_dcp: bool = False,
+    cp_world: int = 1,
+    cp_rank: int = 0,
+    causal_seqlens_kv_global: torch.Tensor | None = None,
+    use_fp16_softmax: bool | None = None,
+    metadata: DecodeMetadata | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Multi-head latent attention decode, sparse (per-token top-k slots) or dense (paged).
+
+    Parameters
+    ----------
+    query : torch.Tensor
+        ``[batch, q_len, num_heads, D]``, contiguous, D = ``kv_lora_rank + qk_rope_head_dim``
+        (576 for DeepSeek): the absorbed NoPE part then the RoPE part. bfloat16 or float8_e4m3fn,
+        the same dtype as ``kv_cache``. With ``cum_seq_lens_q``: compact ``[total_q, num_heads, D]``.
+    kv_cache : torch.Tensor
+        ``[num_pages, page_size, D]`` or ``[num_pages, 1, page_size, D]``, last dim contiguous.
+        Row ``[ckv (kv_lora_rank) | kpe]`` is K; its first ``kv_lora_rank`` values are V. Sparse
+        mode views it, without a copy, as the flat pool ``[num_pages * page_size, D]``.
+    workspace_buffer : torch.Tensor
+        The caller's scratch bytes (int8/uint8, zeroed or not). Implementations may use it.
+    qk_nope_head_dim : int
+        Ignored (callers fold ``1/sqrt(qk_nope_head_dim + qk_rope_head_dim)`` into ``bmm1_scale``).
+    kv_lora_rank, qk_rope_head_dim : int
+        (512, 64), (256, 64), or (512, 0) with ``sparse_mla_top_k_lens``.
+    block_tables : torch.Tensor
+        Sparse: ``[batch, q_len, sparse_mla_top_k]`` int32, contiguous, each entry a physical
+        token slot ``page * page_size + offset``. Dense: ``[batch, max_pages]`` int32 page ids,
+        padded with -1 (entries past ``ceil(L / page_size)`` are never read).
+    seq_lens : torch.Tensor
+        ``[batch]`` int32, contiguous. Sparse: token t of request b considers the first
+        ``n = min(sparse_mla_top_k, seq_lens[b] - (q_len - 1 - t))`` index positions (full KV
+        lengths and per-row valid counts both work). Dense: token t attends positions
+        ``0 .. L-1``, ``L = seq_lens[b] - (q_len - 1 - t)``.
+    max_seq_len : int
+        Accepted; work is bounded by ``seq_lens`` and the indices, never by this.
+    sparse_mla_top_k : int
+        0 for dense decode, else the index row length (a multiple of 4).
+    out : torch.Tensor, optional
+        ``[batch, q_len, num_heads, kv_lora_rank]`` bfloat16 (``[batch, num_heads, kv_lora_rank]``
+        is accepted when q_len == 1), last dim contiguous, written in place and returned.
+    bmm1_scale, bmm2_scale : float or torch.Tensor
+        ``s_j = bmm1_scale * <q, K_j>``; ``out = bmm2_scale * softmax(s) @ V``. A Python float or
+        a one-element float32 tensor on the query's device (same meaning).
+    sinks : torch.Tensor or list of one torch.Tensor, optional
+        ``[num_heads]`` float32 logits; each adds ``exp(sink)`` to its head's softmax denominator.
+    skip_softmax_threshold_scale_factor : float, optional
+        Must be None in sparse mode; accepted and ignored (exact softmax) in dense mode.
+    enable_pdl, is_var_seq, cute_dsl_impl, kv_scale_format : optional
+        Accepted for compatibility; no effect on results.
+    backend : str
+        ``auto``, ``trtllm-gen``, ``cute-dsl``, ``xqa`` or ``sparse``: every name runs this
+        device's implementation (see the README).
+    uses_shared_paged_kv_idx : bool
+        Must be True (one page table for K and V).
+    lse : torch.Tensor, optional
+        float32 ``[batch * q_len, num_heads]`` or ``[batch, q_len, num_heads]``, written in place
+        whenever given.
+    return_lse : bool
+        Also return the LSE: base 2, ``log2(sum_j exp(s_j))``, without ``bmm2_scale`` and without
+        sinks; +inf for a token with no valid key. Allocated as ``[batch * q_len, num_heads]``.
+    cum_seq_lens_q : torch.Tensor, optional
+        ``[batch + 1]`` int32 offsets of a compact query. Token i of request b has
+        ``q_len_b = cum[b+1] - cum[b]`` and limit ``seq_lens[b] - (q_len_b - 1 - (i - cum[b]))``.
+    max_q_len : int, optional
+        Accepted with ``cum_seq_lens_q``.
+    multi_ctas_kv_counter_buffer : torch.Tensor, optional
+        Validated (contiguous, 16-byte aligned, large enough) and never written.
+    sparse_mla_top_k_lens : torch.Tensor, optional
+        Native (512, 0) dims only: ``[num_query_tokens]`` int32 per-token candidate counts.
+    enable_dcp, cp_world, cp_rank, causal_seqlens_kv_global : optional
+        Validated; ``enable_dcp=True`` raises ``NotImplementedError``.
+    use_fp16_softmax : bool, optional
+        A later FlashInfer keyword (SM107 trtllm-gen); accepted and ignored (softmax is float32).
+    metadata : DecodeMetadata, optional
+        From :func:`flashinfer.decode.get_batch_decode_metadata_mla` for this configuration;
+        skips planning. None: planned in this call.
+
+    Returns
+    -------
+    torch.Tensor or tuple of torch.Tensor
+        ``out`` (bfloat16, contiguous when allocated), or ``(out, lse)`` with ``return_lse``.
+
+    Raises
+    ------
+    ValueError
+        FlashInfer's checks (dims, head dim, index shape, ``out``, ``seq_lens=None``, unknown
+        backend, skip-softmax in sparse mode, counter buffer, DCP options), a metadata object for
+        another configuration, a cache that cannot be viewed as a flat token pool.
+    TypeError
+        A tensor scale that is not float32; ``metadata`` that is not a ``DecodeMetadata``.
+    RuntimeError
+        ``sparse_mla_top_k`` not a multiple of 4.
+    NotImplementedError
+        ``enable_dcp=True``, separate K/V page tables, a packed 656-byte uint8 cache.
+
+    Notes
+    -----
+    Sparse entries that are negative or ``>= num_pages * page_size`` are ignored and never read,
+    wherever they sit among the first ``n`` positions. A token with no valid key gets out 0 and
+    LSE +inf. Nothing is synchronized with the host, so the call can be graph-captured.
+    """
+    compact = cum_seq_lens_q is not None
+    _checks.check_options(
+        kv_lora_rank, qk_rope_head_dim, sparse_mla_top_k, skip_softmax_threshold_scale_factor, backend,
+        uses_shared_paged_kv_idx, cum_seq_lens_q, max_q_len, sparse_mla_top_k_lens, enable_dcp, cp_world,
+        cp_rank, causal_seqlens_kv_global, use_fp16_softmax,
+    )  # fmt: skip
+    _checks.check_query_and_cache(query, kv_cache, kv_lora_rank + qk_rope_head_dim, compact)
+    device = query.device
+    bmm1 = _checks.check_scale(bmm1_scale, "bmm1_scale", device)
+    bmm2 = _checks.check_scale(bmm2_scale, "bmm2_scale", device)
+    if seq_lens is None:
+        raise ValueError("seq_lens is required for trtllm-gen and cute-dsl MLA backends")
+    check_tensor(workspace_buffer, "workspace_buffer", ValueError)
+    rows, q_len, heads = metadata_config(query)
+    batch = seq_lens.shape[0] if compact else rows
+    _checks.check_int32(seq_lens, "seq_lens", (batch,), device)
+    sparse = sparse_mla_top_k > 0
+    if sparse:
+        _checks.check_sparse_indices(block_tables, (*query.shape[:-2], sparse_mla_top_k), device)
+    else:
+        _checks.check_dense_tables(block_tables, batch, device)
+    _checks.check_counter_buffer(multi_ctas_kv_counter_buffer, backend, batch, heads, device)
+    sinks = _checks.check_sinks(sinks, heads, device)
+    if compact:
+        _checks.check_int32(cum_seq_lens_q, "cum_seq_lens_q", (batch + 1,), device)
+    if sparse_mla_top_k_lens is not None:
+        _checks.check_int32(sparse_mla_top_k_lens, "sparse_mla_top_k_lens", (rows * q_len,), device)
+    if metadata is not None:
+        if not isinstance(metadata, DecodeMetadata):
+            fail(
+                TypeError,
+                "metadata",
+                "a DecodeMetadata from get_batch_decode_metadata_mla",
+                type(metadata).__name__,
+            )
+        metadata.check(rows, q_len, heads, sparse_mla_top_k, device, implementation_kind(device))
+
+    out_shape = (*query.shape[:-1], kv_lora_rank)
+    if out is None:
+        out = torch.empty(out_shape, dtype=torch.bfloat16, device=device)
+        out4 = out.view(rows, q_len, heads, kv_lora_rank)
+    else:
+        out4 = _checks.check_out(out, out_shape, query, kv_cache, accept_3d=q_len == 1 and not compact)
+        out4 = out4.view(rows, q_len, heads, kv_lora_rank) if compact else out4
+    lse3 = None
+    if lse is not None:
+        lse3 = _checks.check_lse(lse, rows * q_len, q_len, heads, device)
+    elif return_lse:
+        lse = torch.empty(rows * q_len, heads, dtype=torch.float32, device=device)
+        lse3 = lse.view(rows, q_len, heads)
+    result = (out, lse) if return_lse else out
+    if rows * q_len * heads == 0:
+        return result
+
+    query4 = query.view(rows, q_len, heads, query.shape[-1])
+    kv_pages = kv_cache.squeeze(1) if kv_cache.dim() == 4 else kv_cache
+    row_lens = None  # per-row lengths when the call is flattened to one query token per row
+    if compact:
+        row_lens, row_request = _compact_rows(seq_lens, cum_seq_lens_q, rows)
+    if sparse_mla_top_k_lens is not None:
+        row_lens = sparse_mla_top_k_lens
+    if row_lens is not None and q_len > 1:
+        query4, out4, lse3 = _one_token_per_row(query4, out4, lse3)
+    impl = DISPATCH.module(device)
+    if sparse:
+        indices = block_tables.view(*query4.shape[:2], sparse_mla_top_k)
+        seq = seq_lens if row_lens is None else row_lens
+        b, t = query4.shape[:2]
+        if metadata is not None and (b, t) == (rows, q_len):
+            plan = metadata.plan
+        else:  # no metadata, or a call flattened to one token per row: plan what actually runs
+            plan = impl.decode_plan(b, t, heads, sparse_mla_top_k, device)
+        kv = _checks.flat_token_pool(kv_pages)
+        impl.sparse_decode(query4, kv, indices, seq, bmm1, bmm2, sinks, out4, lse3, plan, workspace_buffer)
+    else:
+        tables = block_tables if row_lens is None else block_tables[row_request]
+        seq = seq_lens if row_lens is None else row_lens
+        impl.dense_decode(query4, kv_pages, tables, seq, bmm1, bmm2, sinks, out4, lse3, workspace_buffer)
+    return result
+
+
+def _compact_rows(seq_lens: torch.Tensor, cum_seq_lens_q: torch.Tensor, total_q: int):
+    """Per-token lengths and request ids of a compact query, computed on the device.
+
+    Token i of request b (``cum[b] <= i < cum[b+1]``) gets ``seq_lens[b] - (cum[b+1] - 1 - i)``,
+    the bottom-right causal limit of its own request; tokens outside ``[cum[0], cum[-1])`` get 0.
+    """
+    token = torch.arange(total_q, device=seq_lens.device, dtype=torch.int32)
+    request = torch.searchsorted(cum_seq_lens_q[1:], token, right=True)
+    inside = (token >= cum_seq_lens_q[0]) & (token < cum_seq_lens_q[-1])
+    request = request.clamp(max=seq_lens.shape[0] - 1)
+    lens = seq_lens[request] - (cum_seq_lens_q[1:][request] - 1 - token)
+    return torch.where(inside, lens, 0).to(torch.int32), request
+
+
+def _one_token_per_row(query4, out4, lse3):
+    """``[B, q_len, ...]`` as ``[B * q_len, 1, ...]`` views (per-token lengths need that form)."""
+    try:
+        return (
+            query4.flatten(0, 1).unsqueeze(1),
+            out4.view(-1, 1, *out4.shape[2:]),
+            None if lse3 is None else lse3.view(-1, 1, lse3.shape[-1]),
+        )
+    except RuntimeError:
+        fail(
+            ValueError,
+            "out and lse",
+            "buffers whose [batch, q_len] dimensions can be merged into one",
+            "strided buffers",
+        )

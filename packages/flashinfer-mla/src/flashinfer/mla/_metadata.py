@@ -1,0 +1,134 @@
+"""Reusable decode metadata: ``get_batch_decode_metadata_mla`` and ``DecodeMetadata``.
+
+Not an upstream FlashInfer API: a MUSA caller (vllm-musa) looks for
+``flashinfer.decode.get_batch_decode_metadata_mla`` and MATE's decode takes its result as
+``metadata=``. Here it records the decode configuration and the implementation's schedule
+(``decode_plan``), so a decode that receives it skips planning and can check it was built for
+this call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .._core import implementation_kind
+from .._core.checks import check_tensor, fail
+from ._dispatch import DISPATCH
+
+__all__ = ["DecodeMetadata", "get_batch_decode_metadata_mla"]
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeMetadata:
+    """The schedule of one MLA decode configuration, reusable across calls.
+
+    Attributes
+    ----------
+    batch, q_len, heads : int
+        The query's ``[batch, q_len, heads, head_dim]`` (a compact ``[total_q, heads, head_dim]``
+        query counts as ``batch = total_q``, ``q_len = 1``).
+    topk : int
+        ``sparse_mla_top_k`` (0: dense decode, no schedule).
+    device : torch.device
+        The device of the query.
+    kind : str
+        The implementation that planned it: ``"reference"``, ``"cuda"`` or ``"mate"``.
+    plan : object
+        That implementation's schedule (None for the reference). It never depends on the
+        values of ``seq_lens``.
+    """
+
+    batch: int
+    q_len: int
+    heads: int
+    topk: int
+    device: torch.device
+    kind: str
+    plan: object
+
+    def check(self, batch: int, q_len: int, heads: int, topk: int, device: torch.device, kind: str) -> None:
+        """Raise ``ValueError`` naming the first field that differs from this call's."""
+        call = {"batch": batch, "q_len": q_len, "heads": heads, "topk": topk, "device": device, "kind": kind}
+        for field, value in call.items():
+            if getattr(self, field) != value:
+                raise ValueError(
+                    f"`metadata` was prepared for {field}={getattr(self, field)!r} but this decode "
+                    f"call has {field}={value!r}; prepare it again with "
+                    f"get_batch_decode_metadata_mla for this configuration"
+                )
+
+
+def metadata_config(query: torch.Tensor) -> tuple[int, int, int]:
+    """``(batch, q_len, heads)`` of a 4-D query or a compact 3-D one."""
+    if query.dim() == 3:
+        return query.shape[0], 1, query.shape[1]
+    return query.shape[0], query.shape[1], query.shape[2]
+
+
+def get_batch_decode_metadata_mla(
+    query: torch.Tensor, seq_lens: torch.Tensor, sparse_mla_top_k: int
+) -> DecodeMetadata:
+    """Prepare decode metadata once, to pass as ``metadata=`` to many decode calls.
+
+    Parameters
+    ----------
+    query : torch.Tensor
+        The query the decode calls will take: ``[batch, q_len, num_heads, 576]`` (or a compact
+        ``[total_q, num_heads, 576]`` with ``cum_seq_lens_q``). Only its shape and device are used.
+    seq_lens : torch.Tensor
+        ``[batch]`` int32 on the query's device. Only its type, dtype and device are checked: the
+        schedule does not depend on its values.
+    sparse_mla_top_k : int
+        The decode's ``sparse_mla_top_k`` (0 for dense decode).
+
+    Returns
+    -------
+    DecodeMetadata
+        The configuration and the implementation's schedule for it.
+
+    Raises
+    ------
+    TypeError
+        ``query`` or ``seq_lens`` is not a tensor.
+    ValueError
+        A query that is not 3-D or 4-D, ``seq_lens`` not int32 or on another device, a negative
+        ``sparse_mla_top_k``.
+
+    Notes
+    -----
+    Reuse one object for every decode call with the same query shape (batch, q_len, heads),
+    top-k, device and implementation: all layers of a step, and later steps. The schedule is
+    built for the full top-k of every row and never reads ``seq_lens``, so it stays exact when
+    the lengths change between calls (and inside a captured CUDA/MUSA graph). A call whose
+    configuration differs raises ``ValueError``; prepare a new object then. Do not share one
+    object between decode calls that run concurrently on different streams.
+
+    Examples
+    --------
+    >>> import torch, flashinfer.decode
+    >>> q = torch.zeros(2, 1, 16, 576, dtype=torch.float8_e4m3fn)
+    >>> md = flashinfer.decode.get_batch_decode_metadata_mla(q, torch.tensor([5, 9], dtype=torch.int32), 64)
+    >>> (md.batch, md.q_len, md.heads, md.topk, md.kind)
+    (2, 1, 16, 64, 'reference')
+    """
+    check_tensor(query, "query")
+    check_tensor(seq_lens, "seq_lens")
+    if query.dim() not in (3, 4):
+        fail(
+            ValueError,
+            "query",
+            "a [batch, q_len, num_heads, head_dim] or [total_q, num_heads, head_dim] tensor",
+            query,
+        )
+    if seq_lens.dtype != torch.int32 or seq_lens.device != query.device:
+        fail(ValueError, "seq_lens", f"an int32 tensor on {query.device}", seq_lens)
+    if not isinstance(sparse_mla_top_k, int) or sparse_mla_top_k < 0:
+        fail(ValueError, "sparse_mla_top_k", "a non-negative int", sparse_mla_top_k)
+    batch, q_len, heads = metadata_config(query)
+    device = query.device
+    plan = None
+    if sparse_mla_top_k > 0:
+        plan = DISPATCH.module(device).decode_plan(batch, q_len, heads, sparse_mla_top_k, device)
+    return DecodeMetadata(batch, q_len, heads, sparse_mla_top_k, device, implementation_kind(device), plan)

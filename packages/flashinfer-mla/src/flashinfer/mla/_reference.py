@@ -1,0 +1,173 @@
+"""Reference implementation of the MLA ops: plain PyTorch, float32 math, any device.
+
+It is what runs on CPU, what the MATE adapter uses for calls MATE cannot take (BF16 and dense
+decode, tensor ``bmm1_scale``, RoPE shapes outside MATE's kernel), and what
+``FLASHINFER_FORCE_REFERENCE=1`` selects everywhere. Arguments follow ``docs/internals.md``.
+
+Every gather is clamp-then-mask: an index, page id or position that is out of range is replaced
+by a safe in-range one before the gather and its result is masked afterwards, so no memory
+outside the given tensors is read and no value is read back to the host (graph-capture safe).
+Memory stays bounded: decode works on chunks of query rows and of keys with an online softmax.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+LOG2E = 1.4426950408889634
+
+# Upper bound on the float32 scratch one decode chunk gathers (keys x head dim + scores).
+_CHUNK_BYTES = 64 << 20
+_KEYS_PER_CHUNK = 2048
+
+
+def _saturating_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # FlashInfer's kernel converts with satfinite; clamp first so no torch version can
+    # turn an overflow into NaN (NaN inputs stay NaN).
+    fmax = torch.finfo(dtype).max
+    return x.clamp(-fmax, fmax).to(dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool) -> torch.Tensor:
+    """Rotate ``x (nnz, H, R)`` by per-token ``cos``/``sin (nnz, 1, R/2)`` in float32."""
+    x = x.float()
+    if is_neox:
+        lo, hi = x.chunk(2, dim=-1)
+        return torch.cat((lo * cos - hi * sin, hi * cos + lo * sin), dim=-1)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((even * cos - odd * sin, odd * cos + even * sin), dim=-1).flatten(-2)
+
+
+def rope_quantize(
+    q_rope,
+    k_rope,
+    q_nope,
+    k_nope,
+    cos_sin_cache,
+    pos_ids,
+    is_neox,
+    quant_scale_q,
+    quant_scale_kv,
+    q_rope_out,
+    k_rope_out,
+    q_nope_out,
+    k_nope_out,
+) -> None:
+    """RoPE on the rope parts, scale and saturating FP8 cast on all four (docs/internals.md)."""
+    max_pos, rope_dim = cos_sin_cache.shape
+    valid = (pos_ids >= 0) & (pos_ids < max_pos)
+    rows = cos_sin_cache[torch.where(valid, pos_ids, 0)].float()
+    # A position outside the cache is never read: its rotation is NaN, so are its rope outputs.
+    rows = torch.where(valid[:, None], rows, float("nan"))[:, None, :]
+    cos, sin = rows[..., : rope_dim // 2], rows[..., rope_dim // 2 :]
+    dtype = q_rope_out.dtype
+    q_rope_out.copy_(_saturating_cast(_rotate(q_rope, cos, sin, is_neox) * quant_scale_q, dtype))
+    k_rope_out.copy_(_saturating_cast(_rotate(k_rope, cos, sin, is_neox) * quant_scale_kv, dtype))
+    if q_nope.shape[-1]:
+        q_nope_out.copy_(_saturating_cast(q_nope.float() * quant_scale_q, dtype))
+    if k_nope.shape[-1]:
+        k_nope_out.copy_(_saturating_cast(k_nope.float() * quant_scale_kv, dtype))
+
+
+def decode_plan(batch, q_len, heads, topk, device):
+    """The reference needs no schedule."""
+    return None
+
+
+def sparse_decode(query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, plan, workspace):
+    """Sparse MLA decode over per-token physical slot lists (docs/internals.md)."""
+    batch, q_len, heads, _ = query.shape
+    topk = indices.shape[-1]
+    rows = batch * q_len
+    limit = _token_limits(seq_lens, q_len).clamp(max=topk)
+    flat_indices = indices.reshape(rows, topk)
+    positions = torch.arange(topk, device=query.device)
+
+    def keys(r0, r1, k0, k1):
+        slot = flat_indices[r0:r1, k0:k1].long()
+        valid = (positions[k0:k1] < limit[r0:r1, None]) & (slot >= 0) & (slot < kv.shape[0])
+        return slot, valid
+
+    _attend(query, kv, keys, topk, bmm1_scale, bmm2_scale, sinks, out, lse)
+
+
+def dense_decode(query, kv_pages, block_tables, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, workspace):
+    """Paged (dense) MLA decode, causal bottom-right for ``q_len > 1`` (docs/internals.md)."""
+    batch, q_len, heads, _ = query.shape
+    num_pages, page_size, dim = kv_pages.shape
+    limit = _token_limits(seq_lens, q_len)
+    width = block_tables.shape[1] * page_size
+    if seq_lens.device.type == "cpu" and seq_lens.numel():
+        # On the host the lengths are host memory: stop at the longest sequence instead of the
+        # table width (which callers size for the model's whole context).
+        width = min(width, max(int(seq_lens.max()), 0))
+    kv = kv_pages.view(num_pages * page_size, dim) if num_pages else kv_pages.reshape(0, dim)
+    positions = torch.arange(width, device=query.device)
+    request = torch.arange(batch * q_len, device=query.device) // q_len
+
+    def keys(r0, r1, k0, k1):
+        pos = positions[k0:k1]
+        attended = pos < limit[r0:r1, None]
+        # Page entries past ceil(L / page_size) are masked before they are used.
+        page_slot = torch.where(attended, pos // page_size, 0)
+        page = block_tables[request[r0:r1, None], page_slot].long()
+        valid = attended & (page >= 0) & (page < num_pages)
+        return page * page_size + pos % page_size, valid
+
+    _attend(query, kv, keys, width, bmm1_scale, bmm2_scale, sinks, out, lse)
+
+
+def _token_limits(seq_lens: torch.Tensor, q_len: int) -> torch.Tensor:
+    """``seq_lens[b] - (q_len - 1 - t)`` for every row ``b * q_len + t`` (int64)."""
+    back = torch.arange(q_len - 1, -1, -1, device=seq_lens.device)
+    return (seq_lens.long()[:, None] - back).reshape(-1)
+
+
+def _attend(query, kv, keys, num_keys, bmm1_scale, bmm2_scale, sinks, out, lse) -> None:
+    """Softmax attention of every query row over the keys that ``keys`` selects.
+
+    ``keys(r0, r1, k0, k1)`` returns ``(slot, valid)`` of shape ``(r1 - r0, k1 - k0)`` for query
+    rows ``r0:r1`` and key positions ``k0:k1``; invalid slots are replaced before the gather.
+    """
+    batch, q_len, heads, dim = query.shape
+    rows = batch * q_len
+    v_dim = out.shape[-1]
+    q_rows = query.reshape(rows, heads, dim)
+    key_chunk = max(1, min(num_keys, _KEYS_PER_CHUNK))
+    row_chunk = max(1, _CHUNK_BYTES // (4 * key_chunk * (dim + 2 * heads)))
+    safe_kv = kv if kv.shape[0] else torch.zeros(1, dim, dtype=kv.dtype, device=kv.device)
+    for r0 in range(0, rows, row_chunk):
+        r1 = min(rows, r0 + row_chunk)
+        q = q_rows[r0:r1].float()
+        best = torch.full((r1 - r0, heads), -math.inf, device=q.device)
+        total = torch.zeros((r1 - r0, heads), device=q.device)
+        acc = torch.zeros((r1 - r0, heads, v_dim), device=q.device)
+        for k0 in range(0, num_keys, key_chunk):
+            k1 = min(num_keys, k0 + key_chunk)
+            slot, valid = keys(r0, r1, k0, k1)
+            # Zero the stand-in rows too: 0 * NaN from uninitialised cache memory would leak.
+            k = safe_kv[torch.where(valid, slot, 0)].float().masked_fill(~valid[..., None], 0.0)
+            scores = torch.einsum("rhd,rkd->rhk", q, k) * bmm1_scale
+            scores = scores.masked_fill(~valid[:, None, :], -math.inf)
+            new_best = torch.maximum(best, scores.amax(-1))
+            shift = torch.where(new_best == -math.inf, 0.0, new_best)
+            decay = torch.where(best == -math.inf, 0.0, torch.exp(best - shift))
+            weights = torch.exp(scores - shift[..., None])
+            total = total * decay + weights.sum(-1)
+            acc = acc * decay[..., None] + torch.einsum("rhk,rkv->rhv", weights, k[..., :v_dim])
+            best = new_best
+        empty = total == 0
+        lse_nat = torch.where(empty, math.inf, torch.where(empty, 0.0, best) + torch.log(total))
+        result = acc / torch.where(empty, 1.0, total)[..., None]
+        if sinks is not None:
+            # Each sink adds exp(sink) to the denominator only: out *= sigmoid(lse - sink).
+            gate = torch.sigmoid(torch.where(empty, -math.inf, lse_nat) - sinks.float())
+            result = result * gate[..., None]
+        result = result * bmm2_scale
+        # Rows r0:r1 as (request, token) pairs: works for any strides of `out` and `lse`.
+        row = torch.arange(r0, r1, device=q.device)
+        out[row // q_len, row % q_len] = result.to(out.dtype)
+        if lse is not None:
+            lse[row // q_len, row % q_len] = lse_nat * LOG2E

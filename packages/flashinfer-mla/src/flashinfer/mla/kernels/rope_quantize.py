@@ -1,0 +1,257 @@
+"""Fused RoPE + FP8 quantization of q and k, rope and nope parts, in one launch.
+
+Layout
+------
+- ``q_rope (nnz, Hq, R)``, ``q_nope (nnz, Hq, N)``, ``k_rope (nnz, Hk, R)``,
+  ``k_nope (nnz, Hk, N)``: fp16 or bf16 (one dtype); ``N`` may be 0. Only the last dim is
+  contiguous; token and head strides are free, including 0 (an expanded ``k_pe``).
+- The four outputs have the same shapes, float8 e4m3 or e5m2 (one dtype), their own strides
+  (typically slices of a merged ``(nnz, Hq, N + R)`` buffer with row stride ``N + R``).
+- ``cos_sin_cache (max_pos, R)``: float32 or bf16, contiguous; row ``p`` is
+  ``[cos(p f_0) .. cos(p f_{R/2-1}), sin(p f_0) .. sin(p f_{R/2-1})]``.
+- ``pos_ids (nnz,)``: int32 or int64, contiguous.
+
+Math (fp32, from the 16-bit input): with ``c_i, s_i`` the cache entries of the token's position,
+NeoX pairs element ``i`` with ``i + R/2`` and interleaved (GPT-J) pairs ``2i`` with ``2i + 1``;
+for a pair ``(a, b)``: ``a' = a c - b s``, ``b' = b c + a s``. Every output is
+``fp8(clamp(y * scale, -FP8_MAX, FP8_MAX))`` (saturating, as upstream's ``satfinite``), with
+``quant_scale_q`` for q and ``quant_scale_kv`` for k. A position outside ``[0, max_pos)`` is
+never read: that token's rope outputs are NaN (its nope outputs are still exact).
+
+Grid: ``(nnz, cdiv(Hq, BLOCK_H) + cdiv(Hk, BLOCK_H))``. A program quantizes ``BLOCK_H`` heads of
+one token: the first ``cdiv(Hq, BLOCK_H)`` head blocks are q's, the rest k's, so q and k share
+one launch and one read of the token's cos/sin row.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
+
+# Elements one program moves per part (heads x width): 8192 16-bit elements (16 KiB read,
+# 8 KiB written) keep enough bytes in flight per multiprocessor without spilling.
+TILE_ELEMENTS = 8192
+NUM_WARPS = 4
+
+
+@triton.jit
+def _quantize(y, scale, FP8_MAX: tl.constexpr):
+    # clamp keeps NaN (PropagateNan.ALL), so an invalid position stays NaN through the cast
+    y = tl.clamp(y * scale, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
+    return y
+
+
+@triton.jit
+def _rope_quantize_heads(
+    rope_ptr,
+    nope_ptr,
+    rope_out_ptr,
+    nope_out_ptr,
+    # (token, head) strides, in elements, of the four tensors
+    stride_rt,
+    stride_rh,
+    stride_nt,
+    stride_nh,
+    stride_rot,
+    stride_roh,
+    stride_not,
+    stride_noh,
+    token,
+    head_start,
+    num_heads,
+    cos,
+    sin,
+    scale,
+    ROPE_DIM: tl.constexpr,
+    NOPE_DIM: tl.constexpr,
+    BLOCK_NOPE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    IS_NEOX: tl.constexpr,
+    FP8_MAX: tl.constexpr,
+):
+    heads = head_start + tl.arange(0, BLOCK_H)
+    head_ok = heads < num_heads
+    half = tl.arange(0, ROPE_DIM // 2)
+    if IS_NEOX:
+        first = half
+        second = half + ROPE_DIM // 2
+    else:
+        first = 2 * half
+        second = 2 * half + 1
+    out_ty = rope_out_ptr.dtype.element_ty
+    t64 = token.to(tl.int64)
+
+    src = rope_ptr + t64 * stride_rt + heads[:, None] * stride_rh
+    a = tl.load(src + first[None, :], mask=head_ok[:, None], other=0.0).to(tl.float32)
+    b = tl.load(src + second[None, :], mask=head_ok[:, None], other=0.0).to(tl.float32)
+    a_rot = _quantize(a * cos[None, :] - b * sin[None, :], scale, FP8_MAX)
+    b_rot = _quantize(b * cos[None, :] + a * sin[None, :], scale, FP8_MAX)
+    dst = rope_out_ptr + t64 * stride_rot + heads[:, None] * stride_roh
+    tl.store(dst + first[None, :], a_rot.to(out_ty), mask=head_ok[:, None])
+    tl.store(dst + second[None, :], b_rot.to(out_ty), mask=head_ok[:, None])
+
+    if NOPE_DIM > 0:
+        cols = tl.arange(0, BLOCK_NOPE)
+        mask = head_ok[:, None] & (cols[None, :] < NOPE_DIM)
+        x = tl.load(
+            nope_ptr + t64 * stride_nt + heads[:, None] * stride_nh + cols[None, :], mask=mask, other=0.0
+        )
+        y = _quantize(x.to(tl.float32), scale, FP8_MAX)
+        tl.store(
+            nope_out_ptr + t64 * stride_not + heads[:, None] * stride_noh + cols[None, :],
+            y.to(out_ty),
+            mask=mask,
+        )
+
+
+@triton.jit
+def rope_quantize_kernel(
+    # inputs (16-bit) and outputs (fp8)
+    q_rope_ptr,
+    k_rope_ptr,
+    q_nope_ptr,
+    k_nope_ptr,
+    q_rope_out_ptr,
+    k_rope_out_ptr,
+    q_nope_out_ptr,
+    k_nope_out_ptr,
+    cos_sin_ptr,
+    pos_ptr,
+    # (token, head) strides in elements; the last dim of every tensor is contiguous
+    stride_qrt,
+    stride_qrh,
+    stride_krt,
+    stride_krh,
+    stride_qnt,
+    stride_qnh,
+    stride_knt,
+    stride_knh,
+    stride_qrot,
+    stride_qroh,
+    stride_krot,
+    stride_kroh,
+    stride_qnot,
+    stride_qnoh,
+    stride_knot,
+    stride_knoh,
+    # sizes and quantization multipliers
+    num_q_heads,
+    num_k_heads,
+    max_pos,
+    quant_scale_q,
+    quant_scale_kv,
+    # meta-parameters
+    ROPE_DIM: tl.constexpr,
+    NOPE_DIM: tl.constexpr,
+    BLOCK_NOPE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    IS_NEOX: tl.constexpr,
+    FP8_MAX: tl.constexpr,
+):
+    token = tl.program_id(0)
+    head_block = tl.program_id(1)
+
+    # cos/sin of this token's position, shared by every head of q and k; an out-of-range
+    # position is never read and poisons the rope outputs with NaN
+    pos = tl.load(pos_ptr + token).to(tl.int64)
+    pos_ok = (pos >= 0) & (pos < max_pos)
+    half = tl.arange(0, ROPE_DIM // 2)
+    half_ok = pos_ok & (half < ROPE_DIM // 2)  # a tensor mask (the interpreter takes no scalar one)
+    row = cos_sin_ptr + pos * ROPE_DIM
+    cos = tl.load(row + half, mask=half_ok, other=float("nan")).to(tl.float32)
+    sin = tl.load(row + ROPE_DIM // 2 + half, mask=half_ok, other=float("nan")).to(tl.float32)
+
+    q_blocks = tl.cdiv(num_q_heads, BLOCK_H)
+    if head_block < q_blocks:
+        _rope_quantize_heads(
+            q_rope_ptr, q_nope_ptr, q_rope_out_ptr, q_nope_out_ptr,
+            stride_qrt, stride_qrh, stride_qnt, stride_qnh,
+            stride_qrot, stride_qroh, stride_qnot, stride_qnoh,
+            token, head_block * BLOCK_H, num_q_heads, cos, sin, quant_scale_q,
+            ROPE_DIM, NOPE_DIM, BLOCK_NOPE, BLOCK_H, IS_NEOX, FP8_MAX,
+        )  # fmt: skip
+    else:
+        _rope_quantize_heads(
+            k_rope_ptr, k_nope_ptr, k_rope_out_ptr, k_nope_out_ptr,
+            stride_krt, stride_krh, stride_knt, stride_knh,
+            stride_krot, stride_kroh, stride_knot, stride_knoh,
+            token, (head_block - q_blocks) * BLOCK_H, num_k_heads, cos, sin, quant_scale_kv,
+            ROPE_DIM, NOPE_DIM, BLOCK_NOPE, BLOCK_H, IS_NEOX, FP8_MAX,
+        )  # fmt: skip
+
+
+def _meta(rope_dim: int, nope_dim: int, num_q_heads: int, num_k_heads: int, out_dtype) -> dict:
+    block_nope = triton.next_power_of_2(nope_dim) if nope_dim else 0
+    width = block_nope + rope_dim
+    block_h = max(1, min(TILE_ELEMENTS // width, triton.next_power_of_2(max(num_q_heads, num_k_heads))))
+    block_h = 1 << (block_h.bit_length() - 1)  # a power of two for tl.arange
+    return {
+        "ROPE_DIM": rope_dim,
+        "NOPE_DIM": nope_dim,
+        "BLOCK_NOPE": block_nope,
+        "BLOCK_H": block_h,
+        "FP8_MAX": FP8_MAX[str(out_dtype).removeprefix("torch.")],
+    }
+
+
+# (rope_dim, nope_dim, Hq, Hk, out dtype) -> constexpr meta-parameters and head-block count
+_META_CACHE: dict = {}
+
+
+def rope_quantize(
+    q_rope,
+    k_rope,
+    q_nope,
+    k_nope,
+    cos_sin_cache,
+    pos_ids,
+    is_neox,
+    quant_scale_q,
+    quant_scale_kv,
+    q_rope_out,
+    k_rope_out,
+    q_nope_out,
+    k_nope_out,
+):
+    """Launch :func:`rope_quantize_kernel` on normalized, validated arguments.
+
+    Parameters
+    ----------
+    q_rope, k_rope, q_nope, k_nope : torch.Tensor
+        ``(nnz, Hq, R)``, ``(nnz, Hk, R)``, ``(nnz, Hq, N)``, ``(nnz, Hk, N)`` fp16/bf16 with
+        ``stride(-1) == 1`` (or last dim <= 1); ``N`` may be 0.
+    cos_sin_cache : torch.Tensor
+        ``(max_pos, R)`` float32 or bf16, contiguous.
+    pos_ids : torch.Tensor
+        ``(nnz,)`` int32 or int64, contiguous.
+    is_neox : bool
+        NeoX (split halves) or interleaved pairs.
+    quant_scale_q, quant_scale_kv : float
+        Quantization multipliers.
+    q_rope_out, k_rope_out, q_nope_out, k_nope_out : torch.Tensor
+        FP8 outputs shaped like the inputs, written in place.
+    """
+    nnz, num_q_heads, rope_dim = q_rope.shape
+    num_k_heads = k_rope.shape[1]
+    nope_dim = q_nope.shape[2]
+    key = (rope_dim, nope_dim, num_q_heads, num_k_heads, q_rope_out.dtype)
+    cached = _META_CACHE.get(key)
+    if cached is None:
+        meta = _meta(rope_dim, nope_dim, num_q_heads, num_k_heads, q_rope_out.dtype)
+        block_h = meta["BLOCK_H"]
+        head_blocks = triton.cdiv(num_q_heads, block_h) + triton.cdiv(num_k_heads, block_h)
+        cached = _META_CACHE[key] = (meta, head_blocks)
+    meta, head_blocks = cached
+    rope_quantize_kernel[(nnz, head_blocks)](
+        q_rope, k_rope, q_nope, k_nope,
+        q_rope_out, k_rope_out, q_nope_out, k_nope_out,
+        cos_sin_cache, pos_ids,
+        *q_rope.stride()[:2], *k_rope.stride()[:2], *q_nope.stride()[:2], *k_nope.stride()[:2],
+        *q_rope_out.stride()[:2], *k_rope_out.stride()[:2],
+        *q_nope_out.stride()[:2], *k_nope_out.stride()[:2],
+        num_q_heads, num_k_heads, cos_sin_cache.shape[0],
+        float(quant_scale_q), float(quant_scale_kv),
+        IS_NEOX=bool(is_neox), num_warps=NUM_WARPS, **meta,
+    )  # fmt: skip
