@@ -1,1 +1,32 @@
-"""FlashInfer GEMM APIs (filled in by the GEMM work)."""
+"""FlashInfer v0.6.17's GEMM APIs on MUSA (through MATE) and on every other PyTorch device.
+
+``bmm_bf16`` and ``bmm_fp8`` (batched 16-bit and FP8 GEMMs), ``gemm_fp8_nt_groupwise``
+(groupwise-scaled FP8 NT GEMM) and the DeepGEMM-style grouped FP8 GEMMs
+``group_deepgemm_fp8_nt_groupwise`` (contiguous) and ``batch_deepgemm_fp8_nt_groupwise``
+(masked). The implementation is chosen by the tensors' device: MATE on MUSA, the NVIDIA path on
+CUDA, the float32 PyTorch reference elsewhere. Importing this package imports neither MATE nor
+Triton.
+"""
+
+from .gemm_base import (
+    batch_deepgemm_fp8_nt_groupwise,
+    bmm_bf16,
+    bmm_fp8,
+    gemm_fp8_nt_groupwise,
+    group_deepgemm_fp8_nt_groupwise,
+)
+
+
+def is_cuda_tile_available() -> bool:
+    """Whether upstream's cuTile backend is usable; always False (the ``cutile`` name still runs)."""
+    return False
+
+
+__all__ = [
+    "batch_deepgemm_fp8_nt_groupwise",
+    "bmm_bf16",
+    "bmm_fp8",
+    "gemm_fp8_nt_groupwise",
+    "group_deepgemm_fp8_nt_groupwise",
+    "is_cuda_tile_available",
+]

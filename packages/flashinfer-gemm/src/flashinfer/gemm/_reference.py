@@ -1,0 +1,85 @@
+"""The reference GEMMs: plain PyTorch in float32, on any device.
+
+These are what runs on CPU, what ``FLASHINFER_FORCE_REFERENCE=1`` selects everywhere, and what
+the MATE adapter falls back to where MATE has no kernel. Arguments arrive normalized by the API
+layer (see ``docs/internals.md``); outputs are written in place, honouring their strides. No
+function reads a device value on the host, so none synchronizes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+E4M3_MAX = 448.0
+OUTPUT_BLOCK = 128
+DEEPGEMM_BLOCK = 128
+
+
+def bmm(A, B, out, A_scale=None, B_scale=None) -> None:
+    """``out = cast((A.float() @ B.float()) * A_scale * B_scale)``; scales are broadcastable views."""
+    acc = torch.matmul(A.float(), B.float())
+    if A_scale is not None:
+        acc = acc * A_scale * B_scale
+    out.copy_(acc)
+
+
+def _expand_blocks(scale, rows, cols, block_rows, block_cols):
+    """Repeat each scale over its ``block_rows x block_cols`` tile, cropped to ``rows x cols``."""
+    scale = scale.repeat_interleave(block_rows, dim=-2)[..., :rows, :]
+    return scale.repeat_interleave(block_cols, dim=-1)[..., :cols]
+
+
+def _dequantize(x, scale, block_rows, block_cols):
+    rows, cols = x.shape[-2], x.shape[-1]
+    return x.float() * _expand_blocks(scale.float(), rows, cols, block_rows, block_cols)
+
+
+def gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, output_scale=None) -> None:
+    """``out = dequant(a) @ dequant(b).T``; with ``output_scale``, FP8 E4M3 output per 1x128 block."""
+    acc = torch.matmul(
+        _dequantize(a, a_scale, block_m, block_k), _dequantize(b, b_scale, block_n, block_k).t()
+    )
+    if output_scale is None:
+        out.copy_(acc)
+        return
+    m, n = acc.shape
+    padded = torch.nn.functional.pad(acc, (0, (-n) % OUTPUT_BLOCK))
+    block_amax = padded.abs().view(m, -1, OUTPUT_BLOCK).amax(dim=-1)
+    scale = block_amax.clamp_min(1e-12) / E4M3_MAX
+    output_scale.copy_(scale)
+    per_element = scale.repeat_interleave(OUTPUT_BLOCK, dim=1)[:, :n]
+    out.copy_((acc / per_element).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn))
+
+
+def group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out) -> None:
+    """Row ``r`` of ``out`` is row ``r`` of ``a`` times group ``m_indices[r]`` of ``b``.
+
+    Rows whose group id is outside ``[0, G)`` keep their ``out`` values. Which rows go to which
+    group is only known on the device, so every group's product is computed for all rows and
+    selected with ``torch.where`` (G times the work of a ragged GEMM: this is the reference,
+    not the fast path).
+    """
+    groups = b.shape[0]
+    a_deq = _dequantize(a, a_scale, 1, DEEPGEMM_BLOCK)
+    b_deq = _dequantize(b, b_scale, DEEPGEMM_BLOCK, DEEPGEMM_BLOCK)
+    ids = m_indices.long().unsqueeze(1)
+    acc = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+    for g in range(groups):
+        acc = torch.where(ids == g, torch.matmul(a_deq, b_deq[g].t()), acc)
+    valid = (ids >= 0) & (ids < groups)
+    out.copy_(torch.where(valid, acc.to(out.dtype), out))
+
+
+def group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out) -> None:
+    """``out[g, r] = dequant(a[g])[r] @ dequant(b[g]).T`` for ``r < masked_m[g]``; other rows kept.
+
+    ``expected_m`` is a kernel-configuration hint with no effect here. Rows past ``masked_m[g]``
+    are zeroed before the product, so their ``a`` values (possibly garbage) cannot reach
+    ``out``.
+    """
+    rows = torch.arange(a.shape[1], device=a.device)
+    valid = (rows.unsqueeze(0) < masked_m.unsqueeze(1)).unsqueeze(-1)
+    a_deq = torch.where(valid, _dequantize(a, a_scale, 1, DEEPGEMM_BLOCK), 0.0)
+    b_deq = _dequantize(b, b_scale, DEEPGEMM_BLOCK, DEEPGEMM_BLOCK)
+    acc = torch.matmul(a_deq, b_deq.transpose(-1, -2))
+    out.copy_(torch.where(valid, acc.to(out.dtype), out))
