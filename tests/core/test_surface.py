@@ -83,5 +83,5 @@ def test_show_config_is_truthful_here():
     assert "on cpu -> reference" in report
     if not torch.cuda.is_available():
         assert "cuda:0" not in report
-    for op in ("bmm_fp8", "gemm_fp8_nt_groupwise", "mla_rope_quantize_fp8"):
+    for op in ("bmm_fp8", "gemm_fp8_nt_groupwise", "rope_quantize_fp8", "trtllm_batch_decode_with_kv_cache_mla"):
         assert op in report

@@ -89,6 +89,7 @@ def show_config() -> str:
         for device in devices:
             kind = dispatch.implementation_kind(device)
             lines.append(f"  on {device} -> {kind}{_implementation_note(kind)}")
+            width = max(map(len, table)) + 2
             for op, by_kind in table.items():
-                lines.append(f"    {op:<40} {by_kind[kind]}")
+                lines.append(f"    {op:<{width}}{by_kind[kind]}")
     return "\n".join(lines)
