@@ -1,0 +1,267 @@
+"""The NVIDIA implementation of the GEMM family: cuBLAS through PyTorch first, Triton elsewhere.
+
+Arguments arrive validated and normalized by the API layer (``docs/internals.md``); outputs are
+written in place with their strides. Nothing here reads a device value on the host or
+synchronizes, and temporaries come from PyTorch's caching allocator, so every call can be
+captured in a CUDA graph (Triton kernels autotune on their first call for a shape class: run
+each shape once before capturing, as serving engines do in their warm-up).
+
+Routing, per function:
+
+- ``bmm`` 16-bit: ``torch.bmm`` (cuBLAS); a column-major B is passed as its transposed view,
+  never copied. fp32 output from 16-bit inputs uses ``torch.bmm``'s ``out_dtype`` form, which
+  writes fp32 directly; bf16 inputs with an fp16 output round once, from an fp32 temporary.
+- ``bmm`` FP8, one batch: ``torch._scaled_mm`` (cuBLASLt) with per-tensor scales, or row-wise
+  scales for e4m3 with bf16 output, when the layout is what cuBLASLt takes without copies
+  (row-major A, column-major B, contiguous output, 16-byte alignment, k and n multiples of 16,
+  not e5m2 x e5m2). Everything else, and every batch count above one, runs the batched Triton
+  kernel ``kernels.fp8_bmm`` in one launch.
+- ``gemm_groupwise``: ``torch._scaled_mm`` with DeepSeek-style 1x128 / 128x128 block scales
+  (cuBLASLt, Hopper only) for bf16 output where cuBLASLt takes the shape; the scale tensors
+  are relaid to its layout (a few kilobytes; (128, 128, 128) granularity expands the A scales
+  per row). Other granularities, dtypes, shapes and FP8 output run ``kernels.fp8_blockwise``.
+- ``group_gemm_contiguous`` / ``group_gemm_masked``: the persistent Triton kernel
+  ``kernels.fp8_blockwise`` (no library offers these layouts).
+
+Devices without FP8 tensor cores (compute capability below 8.9) run the FP8 functions through
+``flashinfer.gemm._reference``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+_FP8_MMA_CAPABILITY = (8, 9)
+# cuBLASLt's 1x128 / 128x128 block scaling exists for sm90 only (PyTorch rejects other archs).
+_BLOCKWISE_CUBLAS_MAJOR = 9
+_CUBLAS_ALIGNMENT_BYTES = 16
+
+
+@functools.cache
+def _capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
+
+
+def _has_fp8_mma(device: torch.device) -> bool:
+    return _capability(device.index) >= _FP8_MMA_CAPABILITY
+
+
+def _reference():
+    from flashinfer.gemm import _reference
+
+    return _reference
+
+
+def _aligned(*tensors: torch.Tensor) -> bool:
+    return all(t.data_ptr() % _CUBLAS_ALIGNMENT_BYTES == 0 for t in tensors)
+
+
+def _row_major(t: torch.Tensor) -> bool:
+    """2-D, unit inner stride and a 16-byte-aligned leading dimension (cuBLASLt's FP8 rule)."""
+    rows, cols = t.shape
+    lead = t.stride(0)
+    return t.stride(1) == 1 and (rows == 1 or (lead >= cols and lead * t.element_size() % 16 == 0))
+
+
+# ---------------------------------------------------------------------------------------------
+# bmm
+
+
+def bmm(A, B, out, A_scale=None, B_scale=None) -> None:
+    """``out = cast((A @ B) * A_scale * B_scale)`` for 16-bit or FP8 batched operands.
+
+    Parameters
+    ----------
+    A : torch.Tensor
+        ``[b, m, k]`` bf16/fp16, or float8 (e4m3/e5m2); any strides.
+    B : torch.Tensor
+        ``[b, k, n]``, same 16-bit dtype as A, or float8 (formats may differ from A's); any
+        strides, column-major (``B.stride(-2) == 1``) being the fast case.
+    out : torch.Tensor
+        ``[b, m, n]`` bf16, fp16 or fp32; any strides; written in place.
+    A_scale, B_scale : torch.Tensor, optional
+        FP8 only: float32 multipliers, 0-dim or ``[b, m, 1]`` / ``[b, 1, n]`` views.
+    """
+    if A_scale is None:
+        _bmm_16bit(A, B, out)
+    elif not _has_fp8_mma(A.device):
+        _reference().bmm(A, B, out, A_scale, B_scale)
+    elif A.shape[0] == 1 and _scaled_mm_takes(A[0], B[0], A_scale, B_scale, out[0]):
+        _scaled_mm_single(A[0], B[0], A_scale, B_scale, out[0])
+    else:
+        from flashinfer.gemm.kernels import fp8_bmm
+
+        fp8_bmm.fp8_bmm(A, B, A_scale, B_scale, out)
+
+
+def _bmm_16bit(A, B, out) -> None:
+    if out.dtype == A.dtype:
+        torch.bmm(A, B, out=out)
+    elif out.dtype == torch.float32:
+        # bmm's out_dtype overload: cuBLAS accumulates in fp32 and writes fp32 directly
+        torch.bmm(A, B, torch.float32, out=out)
+    else:
+        # bf16 inputs, fp16 output: round once from the fp32 accumulator, like upstream
+        out.copy_(torch.bmm(A, B, torch.float32))
+
+
+def _scaled_mm_takes(a, b, a_scale, b_scale, out) -> bool:
+    """Whether cuBLASLt's FP8 GEMM takes this single-batch product as it lies in memory."""
+    k, n = b.shape
+    if a.dtype == torch.float8_e5m2 and b.dtype == torch.float8_e5m2:
+        return False  # cuBLASLt has no e5m2 x e5m2 kernel
+    if k % 16 or n % 16:
+        return False
+    if not (_row_major(a) and _row_major(b.t()) and out.is_contiguous() and _aligned(a, b, out)):
+        return False
+    if a_scale.dim() == 0 and b_scale.dim() == 0:
+        return True
+    # row-wise scales: cuBLASLt's outer-vector scaling, bf16 output and e4m3 operands only
+    return (
+        a_scale.dim() == 3
+        and b_scale.dim() == 3
+        and out.dtype == torch.bfloat16
+        and a.dtype == b.dtype == torch.float8_e4m3fn
+        and a_scale[0].is_contiguous()
+        and b_scale[0].is_contiguous()
+    )
+
+
+def _scaled_mm_single(a, b, a_scale, b_scale, out) -> None:
+    if a_scale.dim() == 0:
+        # per-tensor: fast accumulation, as upstream's cuBLAS backend does
+        torch._scaled_mm(a, b, a_scale, b_scale, out_dtype=out.dtype, use_fast_accum=True, out=out)
+    else:
+        torch._scaled_mm(a, b, a_scale[0], b_scale[0], out_dtype=out.dtype, out=out)
+
+
+# ---------------------------------------------------------------------------------------------
+# gemm_groupwise
+
+
+def gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, output_scale=None) -> None:
+    """``out = dequant(a) @ dequant(b).T`` with block scales, optionally quantized to FP8.
+
+    Parameters
+    ----------
+    a : torch.Tensor
+        ``[m, k]`` float8, ``stride(-1) == 1``.
+    b : torch.Tensor
+        ``[n, k]`` float8, ``stride(-1) == 1``.
+    a_scale : torch.Tensor
+        float32 logical view ``[ceil(m / block_m), ceil(k / block_k)]``, any strides.
+    b_scale : torch.Tensor
+        float32 logical view ``[ceil(n / block_n), ceil(k / block_k)]``, any strides.
+    block_m, block_n, block_k : int
+        The scale granularity.
+    out : torch.Tensor
+        ``[m, n]`` bf16/fp16 (any strides), or float8_e4m3fn with ``output_scale``.
+    output_scale : torch.Tensor, optional
+        ``[m, ceil(n / 128)]`` float32 contiguous, written with the per-block output scales.
+    """
+    if not _has_fp8_mma(a.device):
+        _reference().gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, output_scale)
+    elif output_scale is None and _blockwise_cublas_takes(a, b, block_m, block_n, block_k, out):
+        scale_a, scale_b = _blockwise_cublas_scales(a_scale, b_scale, a.shape[0], block_m)
+        torch._scaled_mm(a, b.t(), scale_a, scale_b, out_dtype=out.dtype, out=out)
+    else:
+        from flashinfer.gemm.kernels import fp8_blockwise
+
+        fp8_blockwise.gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, output_scale)
+
+
+def _blockwise_cublas_takes(a, b, block_m, block_n, block_k, out) -> bool:
+    """Whether cuBLASLt's 1x128 x 128x128 block-scaled GEMM takes this product."""
+    m, k = a.shape
+    n = b.shape[0]
+    return (
+        _capability(a.device.index)[0] == _BLOCKWISE_CUBLAS_MAJOR
+        and block_m in (1, 128)
+        and block_n == 128
+        and block_k == 128
+        and out.dtype == torch.bfloat16
+        and a.dtype == b.dtype == torch.float8_e4m3fn
+        and k % 128 == 0
+        and n % 16 == 0
+        and _row_major(a)
+        and _row_major(b)
+        and out.is_contiguous()
+        and _aligned(a, b, out)
+    )
+
+
+def _blockwise_cublas_scales(a_scale, b_scale, m, block_m):
+    """Relay the logical scale views into the layouts cuBLASLt reads (no-ops when they match).
+
+    A: ``[m, k/128]`` outer-dim-major (strides ``(1, m)``); 128-row blocks are expanded per row.
+    B: passed as the ``[k/128, n/128]`` transpose of a contiguous ``[n/128, k/128]``.
+    """
+    k_blocks = a_scale.shape[1]
+    if block_m != 1:
+        row_blocks = a_scale.shape[0]
+        per_row = a_scale.t().unsqueeze(-1).expand(k_blocks, row_blocks, block_m)
+        a_scale = per_row.reshape(k_blocks, row_blocks * block_m)[:, :m].t()
+    outer_major = a_scale.stride(0) == 1 and (k_blocks == 1 or a_scale.stride(1) == m)
+    scale_a = a_scale if outer_major else a_scale.t().contiguous().t()
+    return scale_a, b_scale.contiguous().t()
+
+
+# ---------------------------------------------------------------------------------------------
+# grouped GEMMs
+
+
+def group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out) -> None:
+    """Contiguous grouped FP8 GEMM: ``out[r] = dequant(a)[r] @ dequant(b[m_indices[r]]).T``.
+
+    Parameters
+    ----------
+    a : torch.Tensor
+        ``[m, k]`` float8_e4m3fn, ``stride(-1) == 1``.
+    b : torch.Tensor
+        ``[G, n, k]`` float8_e4m3fn, ``stride(-1) == 1``.
+    a_scale : torch.Tensor
+        float32 logical view ``[m, ceil(k / 128)]``, any strides.
+    b_scale : torch.Tensor
+        float32 logical view ``[G, ceil(n / 128), ceil(k / 128)]``, any strides.
+    m_indices : torch.Tensor
+        ``[m]`` int32 contiguous; rows with ids outside ``[0, G)`` are neither computed nor
+        written.
+    out : torch.Tensor
+        ``[m, n]`` bf16, ``stride(-1) == 1``.
+    """
+    if not _has_fp8_mma(a.device):
+        _reference().group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
+        return
+    from flashinfer.gemm.kernels import fp8_blockwise
+
+    fp8_blockwise.group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
+
+
+def group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out) -> None:
+    """Masked grouped FP8 GEMM: ``out[g, r] = dequant(a[g])[r] @ dequant(b[g]).T`` for ``r < masked_m[g]``.
+
+    Parameters
+    ----------
+    a : torch.Tensor
+        ``[G, m, k]`` float8_e4m3fn; rows past ``masked_m[g]`` are never read.
+    b : torch.Tensor
+        ``[G, n, k]`` float8_e4m3fn.
+    a_scale : torch.Tensor
+        float32 logical view ``[G, m, ceil(k / 128)]``, any strides.
+    b_scale : torch.Tensor
+        float32 logical view ``[G, ceil(n / 128), ceil(k / 128)]``, any strides.
+    masked_m : torch.Tensor
+        ``[G]`` int32, valid rows per group.
+    expected_m : int
+        Typical ``masked_m`` value: a tuning hint only.
+    out : torch.Tensor
+        ``[G, m, n]`` bf16; rows past ``masked_m[g]`` are left untouched.
+    """
+    if not _has_fp8_mma(a.device):
+        _reference().group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out)
+        return
+    from flashinfer.gemm.kernels import fp8_blockwise
+
+    fp8_blockwise.group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out)

@@ -1,0 +1,149 @@
+"""Batched FP8 GEMM with per-tensor or per-channel scales, in one launch for all batches.
+
+``out[z, i, j] = cast(a_scale[z, i] * b_scale[z, j] * sum_k A[z, i, k] * B[z, k, j])``
+
+Layout
+------
+- ``A (batch, m, k)`` and ``B (batch, k, n)``: float8 e4m3 or e5m2, in any combination (the
+  tensor-core FP8 dot takes any pair of the two formats); any strides. The usual B is
+  column-major (``B.stride(-2) == 1``, the transpose of a contiguous ``(batch, n, k)``
+  weight), so both operands are read along k in 16-byte vectors.
+- ``a_scale (batch, m)`` / ``b_scale (batch, n)`` float32 views: a per-tensor scale arrives as
+  a 0-dim tensor expanded to these shapes (strides 0), a per-channel one as the ``(b, m, 1)`` /
+  ``(b, 1, n)`` view with its own strides. Scales multiply the fp32 accumulator once, in
+  the epilogue.
+- ``out (batch, m, n)``: bf16, fp16 or fp32, any strides; written once.
+
+One program computes one ``BLOCK_M x BLOCK_N`` tile of one batch; programs of a batch are
+ordered in ``GROUP_M``-row bands so that concurrent tiles share B columns in L2.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+def _configs():
+    # The DeepSeek MLA absorb products are (tokens x 128) @ (128 x 512) and
+    # (tokens x 512) @ (512 x 128) for 128 heads: small k or small n, so tiles of 64 rows keep
+    # enough programs in flight; 128-row tiles win once tokens reach the hundreds.
+    shapes = [
+        (64, 128, 128, 4, 3),
+        (64, 64, 128, 4, 4),
+        (128, 128, 128, 8, 3),
+        (128, 64, 128, 4, 4),
+        (128, 256, 128, 8, 3),
+        (16, 64, 256, 4, 4),
+    ]
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_warps=w, num_stages=s)
+        for bm, bn, bk, w, s in shapes
+    ]
+
+
+@triton.jit
+def fp8_bmm_kernel(
+    # operands and output
+    a_ptr,
+    b_ptr,
+    out_ptr,
+    a_scale_ptr,
+    b_scale_ptr,
+    # problem size; M_BUCKET is only an autotune key (m rounded up to a power of two)
+    M,
+    N,
+    K,
+    M_BUCKET,
+    # strides, in elements
+    stride_az,
+    stride_am,
+    stride_ak,
+    stride_bz,
+    stride_bk,
+    stride_bn,
+    stride_oz,
+    stride_om,
+    stride_on,
+    stride_saz,
+    stride_sam,
+    stride_sbz,
+    stride_sbn,
+    # tile shape
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    batch = tl.program_id(1).to(tl.int64)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    band = pid // (GROUP_M * tiles_n)
+    first_m = band * GROUP_M
+    band_rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % band_rows)
+    pid_n = (pid % (GROUP_M * tiles_n)) // band_rows
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    a_ptrs = a_ptr + batch * stride_az + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + batch * stride_bz + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        mask_k = offs_k < K - k0
+        a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    a_scale = tl.load(a_scale_ptr + batch * stride_saz + offs_m * stride_sam, mask=mask_m, other=0.0)
+    b_scale = tl.load(b_scale_ptr + batch * stride_sbz + offs_n * stride_sbn, mask=mask_n, other=0.0)
+    acc = acc * a_scale[:, None] * b_scale[None, :]
+    out_ptrs = out_ptr + batch * stride_oz + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+fp8_bmm_tuned = triton.autotune(configs=_configs(), key=["M_BUCKET", "N", "K"])(fp8_bmm_kernel)
+
+
+def fp8_bmm(A, B, A_scale, B_scale, out, config=None) -> None:
+    """Launch ``out = (A @ B) * A_scale * B_scale`` over all batches in one grid.
+
+    Parameters
+    ----------
+    A : torch.Tensor
+        ``[batch, m, k]`` float8 (e4m3 or e5m2), any strides.
+    B : torch.Tensor
+        ``[batch, k, n]`` float8 (e4m3 or e5m2), any strides.
+    A_scale, B_scale : torch.Tensor
+        float32 dequantization multipliers: 0-dim (per tensor), or ``[batch, m, 1]`` /
+        ``[batch, 1, n]`` (per channel) views.
+    out : torch.Tensor
+        ``[batch, m, n]`` bf16, fp16 or fp32, any strides; written in place.
+    config : dict, optional
+        Fixed tile parameters (``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``, ``GROUP_M`` and optionally
+        ``num_warps``/``num_stages``) instead of autotuning; the tests use small tiles.
+    """
+    batch, m, k = A.shape
+    n = B.shape[2]
+    a_scale = A_scale.reshape(()).expand(batch, m) if A_scale.dim() == 0 else A_scale[:, :, 0]
+    b_scale = B_scale.reshape(()).expand(batch, n) if B_scale.dim() == 0 else B_scale[:, 0, :]
+    args = (
+        A, B, out, a_scale, b_scale,
+        m, n, k, triton.next_power_of_2(m),
+        *A.stride(), *B.stride(), *out.stride(), *a_scale.stride(), *b_scale.stride(),
+    )  # fmt: skip
+
+    def grid(meta):
+        return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]), batch)
+
+    if config is None:
+        fp8_bmm_tuned[grid](*args)
+    else:
+        fp8_bmm_kernel[grid](*args, **config)
