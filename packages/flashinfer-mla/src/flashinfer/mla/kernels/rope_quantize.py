@@ -36,11 +36,23 @@ TILE_ELEMENTS = 8192
 NUM_WARPS = 4
 
 
+# 0x7F is a NaN in both e4m3fn and e5m2
+FP8_NAN_BITS = 0x7F
+
+
 @triton.jit
-def _quantize(y, scale, FP8_MAX: tl.constexpr):
-    # clamp keeps NaN (PropagateNan.ALL), so an invalid position stays NaN through the cast
-    y = tl.clamp(y * scale, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
-    return y
+def _quantize(y, scale, pos_ok, out_ty: tl.constexpr, FP8_MAX: tl.constexpr):
+    # saturating cast; clamp keeps NaN inputs NaN (PropagateNan.ALL) as `satfinite` does
+    y = tl.clamp(y * scale, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL).to(out_ty)
+    # an invalid position writes the NaN bit pattern itself: the interpreter's float -> fp8
+    # conversion does not map NaN to NaN
+    bits = tl.where(pos_ok[None, :], y.to(tl.uint8, bitcast=True), FP8_NAN_BITS)
+    return bits.to(out_ty, bitcast=True)
+
+
+@triton.jit
+def _saturate(y, scale, FP8_MAX: tl.constexpr):
+    return tl.clamp(y * scale, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit
@@ -63,6 +75,7 @@ def _rope_quantize_heads(
     num_heads,
     cos,
     sin,
+    pos_ok,
     scale,
     ROPE_DIM: tl.constexpr,
     NOPE_DIM: tl.constexpr,
@@ -86,11 +99,11 @@ def _rope_quantize_heads(
     src = rope_ptr + t64 * stride_rt + heads[:, None] * stride_rh
     a = tl.load(src + first[None, :], mask=head_ok[:, None], other=0.0).to(tl.float32)
     b = tl.load(src + second[None, :], mask=head_ok[:, None], other=0.0).to(tl.float32)
-    a_rot = _quantize(a * cos[None, :] - b * sin[None, :], scale, FP8_MAX)
-    b_rot = _quantize(b * cos[None, :] + a * sin[None, :], scale, FP8_MAX)
+    a_rot = _quantize(a * cos[None, :] - b * sin[None, :], scale, pos_ok, out_ty, FP8_MAX)
+    b_rot = _quantize(b * cos[None, :] + a * sin[None, :], scale, pos_ok, out_ty, FP8_MAX)
     dst = rope_out_ptr + t64 * stride_rot + heads[:, None] * stride_roh
-    tl.store(dst + first[None, :], a_rot.to(out_ty), mask=head_ok[:, None])
-    tl.store(dst + second[None, :], b_rot.to(out_ty), mask=head_ok[:, None])
+    tl.store(dst + first[None, :], a_rot, mask=head_ok[:, None])
+    tl.store(dst + second[None, :], b_rot, mask=head_ok[:, None])
 
     if NOPE_DIM > 0:
         cols = tl.arange(0, BLOCK_NOPE)
@@ -98,7 +111,7 @@ def _rope_quantize_heads(
         x = tl.load(
             nope_ptr + t64 * stride_nt + heads[:, None] * stride_nh + cols[None, :], mask=mask, other=0.0
         )
-        y = _quantize(x.to(tl.float32), scale, FP8_MAX)
+        y = _saturate(x.to(tl.float32), scale, FP8_MAX)
         tl.store(
             nope_out_ptr + t64 * stride_not + heads[:, None] * stride_noh + cols[None, :],
             y.to(out_ty),
@@ -155,13 +168,14 @@ def rope_quantize_kernel(
 
     # cos/sin of this token's position, shared by every head of q and k; an out-of-range
     # position is never read and poisons the rope outputs with NaN
-    pos = tl.load(pos_ptr + token).to(tl.int64)
-    pos_ok = (pos >= 0) & (pos < max_pos)
     half = tl.arange(0, ROPE_DIM // 2)
-    half_ok = pos_ok & (half < ROPE_DIM // 2)  # a tensor mask (the interpreter takes no scalar one)
+    # the position broadcast to a vector first: the interpreter rejects masks built from a
+    # scalar condition
+    pos = tl.load(pos_ptr + token + half * 0).to(tl.int64)
+    pos_ok = (pos >= 0) & (pos < max_pos)
     row = cos_sin_ptr + pos * ROPE_DIM
-    cos = tl.load(row + half, mask=half_ok, other=float("nan")).to(tl.float32)
-    sin = tl.load(row + ROPE_DIM // 2 + half, mask=half_ok, other=float("nan")).to(tl.float32)
+    cos = tl.load(row + half, mask=pos_ok, other=float("nan")).to(tl.float32)
+    sin = tl.load(row + ROPE_DIM // 2 + half, mask=pos_ok, other=float("nan")).to(tl.float32)
 
     q_blocks = tl.cdiv(num_q_heads, BLOCK_H)
     if head_block < q_blocks:
@@ -169,7 +183,7 @@ def rope_quantize_kernel(
             q_rope_ptr, q_nope_ptr, q_rope_out_ptr, q_nope_out_ptr,
             stride_qrt, stride_qrh, stride_qnt, stride_qnh,
             stride_qrot, stride_qroh, stride_qnot, stride_qnoh,
-            token, head_block * BLOCK_H, num_q_heads, cos, sin, quant_scale_q,
+            token, head_block * BLOCK_H, num_q_heads, cos, sin, pos_ok, quant_scale_q,
             ROPE_DIM, NOPE_DIM, BLOCK_NOPE, BLOCK_H, IS_NEOX, FP8_MAX,
         )  # fmt: skip
     else:
@@ -177,7 +191,7 @@ def rope_quantize_kernel(
             k_rope_ptr, k_nope_ptr, k_rope_out_ptr, k_nope_out_ptr,
             stride_krt, stride_krh, stride_knt, stride_knh,
             stride_krot, stride_kroh, stride_knot, stride_knoh,
-            token, (head_block - q_blocks) * BLOCK_H, num_k_heads, cos, sin, quant_scale_kv,
+            token, (head_block - q_blocks) * BLOCK_H, num_k_heads, cos, sin, pos_ok, quant_scale_kv,
             ROPE_DIM, NOPE_DIM, BLOCK_NOPE, BLOCK_H, IS_NEOX, FP8_MAX,
         )  # fmt: skip
 

@@ -1,0 +1,336 @@
+"""MLA benchmark on one CUDA device: sparse decode (Triton) and fused RoPE + FP8 quantize.
+
+Sparse decode: batch {1, 8, 32, 64, 128} x heads {16, 64, 128} x q_len {1, 2} x {FP8, BF16},
+topk 2048, D = 576 (512 + 64). Each request owns 32768 random slots of a KV pool far larger
+than the 60 MB L2, and every query token gets fresh random indices into them. Reported per shape:
+the median time (``triton.testing.do_bench``, CUDA events), achieved TFLOP/s and GB/s, and the
+roofline floor ``max(bytes / copy bandwidth, FLOPs / dense peak)`` with
+``bytes = q + topk gathered rows of 576 per query token + out`` and
+``FLOPs = 2 x heads x topk x (576 + 512)`` per query token. The float32 reference
+implementation is timed on a few shapes in the same run.
+
+RoPE: 128 heads, 2-D K, outputs in a merged 576-wide buffer (sglang's call), at
+{1, 128, 1024, 4096, 16384} tokens, against a device-to-device copy of the same bytes; kernel
+time (median), time per call inside a CUDA graph, and eager wall time per call through the
+public API (host overhead included).
+
+``--tune`` instead times candidate tile configurations on the key decode shapes.
+
+Run::
+
+    PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-mla/src \\
+        python3 benchmarks/bench_mla.py --out OUT_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import os
+import time
+
+import torch
+import triton
+from flashinfer.mla import _cuda, _reference
+from flashinfer.mla.kernels import mla_decode
+from triton.testing import do_bench
+
+TOPK = 2048
+SLOTS_PER_REQUEST = 32768
+D_V, D_ROPE = 512, 64
+DIM = D_V + D_ROPE
+# dense peaks as measured through PyTorch on an H200 (design.md); copy bandwidth is measured
+PEAK_TFLOPS = {"fp8": 1270.0, "bf16": 790.0}
+DTYPES = {"fp8": torch.float8_e4m3fn, "bf16": torch.bfloat16}
+WORKSPACE_BYTES = 128 << 20
+
+
+def median_ms(fn) -> float:
+    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def copy_bandwidth(nbytes: int = 4 << 30) -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written."""
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return nbytes / (median_ms(lambda: dst.copy_(src)) * 1e-3)
+
+
+# ----------------------------------------------------------------------------- sparse decode
+
+
+def sparse_case(batch, heads, q_len, dtype, topk=TOPK, seed=0):
+    """Fresh random inputs: each request's indices point into its own 32768-slot region."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    slots = batch * SLOTS_PER_REQUEST
+    kv = (torch.randn(slots, DIM, device="cuda", generator=gen) * 0.5).to(dtype)
+    query = (torch.randn(batch, q_len, heads, DIM, device="cuda", generator=gen) * 0.5).to(dtype)
+    local = torch.randint(0, SLOTS_PER_REQUEST, (batch, q_len, topk), device="cuda", generator=gen)
+    base = torch.arange(batch, device="cuda")[:, None, None] * SLOTS_PER_REQUEST
+    indices = (local + base).to(torch.int32)
+    seq_lens = torch.full((batch,), 4096, dtype=torch.int32, device="cuda")
+    out = torch.empty(batch, q_len, heads, D_V, dtype=torch.bfloat16, device="cuda")
+    lse = torch.empty(batch, q_len, heads, dtype=torch.float32, device="cuda")
+    workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+    return {
+        "query": query, "kv": kv, "indices": indices, "seq_lens": seq_lens,
+        "bmm1_scale": 1.0 / math.sqrt(192), "bmm2_scale": 1.0, "sinks": None,
+        "out": out, "lse": lse, "workspace": workspace,
+    }  # fmt: skip
+
+
+def run_sparse(impl, case, plan):
+    c = case
+    impl.sparse_decode(
+        c["query"], c["kv"], c["indices"], c["seq_lens"], c["bmm1_scale"], c["bmm2_scale"],
+        c["sinks"], c["out"], c["lse"], plan, c["workspace"],
+    )  # fmt: skip
+
+
+def oracle_error(case) -> float:
+    """max |out - ref| / max |ref| against a float64 oracle (first two query rows)."""
+    q, kv, idx = case["query"], case["kv"], case["indices"]
+    worst = 0.0
+    for b in range(min(2, q.shape[0])):
+        keys = kv[idx[b, -1].long()].double()
+        s = case["bmm1_scale"] * q[b, -1].double() @ keys.T
+        ref = torch.softmax(s, -1) @ keys[:, :D_V]
+        err = (case["out"][b, -1].double() - ref).abs().max() / ref.abs().max()
+        worst = max(worst, err.item())
+    return worst
+
+
+def decode_roofline(batch, heads, q_len, kind, copy_bw, topk=TOPK):
+    elt = 1 if kind == "fp8" else 2
+    tokens = batch * q_len
+    nbytes = tokens * (heads * DIM * elt + topk * DIM * elt + heads * D_V * 2)
+    flops = 2.0 * heads * topk * (DIM + D_V) * tokens
+    floor_ms = max(nbytes / copy_bw, flops / (PEAK_TFLOPS[kind] * 1e12)) * 1e3
+    return nbytes, flops, floor_ms
+
+
+def bench_decode(copy_bw, rows, reference_shapes):
+    for kind, dtype in DTYPES.items():
+        for heads in (16, 64, 128):
+            for q_len in (1, 2):
+                for batch in (1, 8, 32, 64, 128):
+                    case = sparse_case(batch, heads, q_len, dtype, seed=len(rows))
+                    plan = _cuda.decode_plan(batch, q_len, heads, TOPK, case["query"].device)
+                    run_sparse(_cuda, case, plan)
+                    err = oracle_error(case)
+                    ms = median_ms(lambda case=case, plan=plan: run_sparse(_cuda, case, plan))
+                    nbytes, flops, floor_ms = decode_roofline(batch, heads, q_len, kind, copy_bw)
+                    row = {
+                        "op": "sparse_decode", "dtype": kind, "batch": batch, "heads": heads,
+                        "q_len": q_len, "topk": TOPK, "splits": plan.num_splits, "ms": ms,
+                        "tflops": flops / ms * 1e-9, "gbps": nbytes / ms * 1e-6,
+                        "floor_ms": floor_ms, "rel_err": err,
+                    }  # fmt: skip
+                    if (kind, batch, heads, q_len) in reference_shapes:
+                        row["reference_ms"] = median_ms(lambda case=case: run_sparse(_reference, case, None))
+                    rows.append(row)
+                    print(
+                        f"decode {kind:4s} B={batch:3d} H={heads:3d} q_len={q_len} splits={plan.num_splits:2d} "
+                        f"{ms * 1e3:8.1f} us {row['tflops']:6.1f} TFLOP/s {row['gbps']:6.0f} GB/s "
+                        f"floor {floor_ms * 1e3:6.1f} us err {err:.1e}"
+                        + (f" ref {row['reference_ms'] * 1e3:9.1f} us" if "reference_ms" in row else ""),
+                        flush=True,
+                    )
+                    del case
+
+
+def tune(copy_bw, rows):
+    """Time candidate tile configurations on the key decode shapes (FP8 and BF16)."""
+    candidates = {
+        64: [(64, 64, 8, 2, False), (64, 64, 8, 2, True), (64, 32, 8, 3, False), (64, 64, 8, 3, False),
+             (64, 32, 4, 3, False), (128, 64, 16, 2, False), (128, 32, 16, 3, False)],
+        16: [(16, 64, 4, 3, False), (16, 64, 4, 2, False), (16, 128, 4, 2, False), (16, 32, 4, 4, False),
+             (16, 64, 8, 3, False)],
+    }  # fmt: skip
+    for kind, dtype in DTYPES.items():
+        for batch, heads in ((128, 128), (128, 64), (1, 128), (32, 128), (128, 16), (8, 16)):
+            case = sparse_case(batch, heads, 1, dtype)
+            base = _cuda.decode_plan(batch, 1, heads, TOPK, case["query"].device)
+            for block_h, block_n, warps, stages, pv_fp8 in candidates[64 if heads > 32 else 16]:
+                if pv_fp8 and kind != "fp8":
+                    continue
+                if kind == "bf16" and block_h * block_n > 64 * 64 and stages > 1:
+                    continue  # over the shared-memory budget
+                config = mla_decode.DecodeConfig(block_h, block_n, warps, stages, 1, pv_fp8)
+                plan = dataclasses.replace(
+                    base, head_blocks=triton.cdiv(heads, block_h), fp8_config=config, bf16_config=config
+                )
+                try:
+                    run_sparse(_cuda, case, plan)
+                    err = oracle_error(case)
+                    ms = median_ms(lambda case=case, plan=plan: run_sparse(_cuda, case, plan))
+                except Exception as exc:  # a config that does not compile or fit is reported
+                    print(f"tune {kind} B={batch} H={heads} {config}: {type(exc).__name__}: {exc}"[:300])
+                    continue
+                _, flops, floor_ms = decode_roofline(batch, heads, 1, kind, copy_bw)
+                rows.append({"op": "tune", "dtype": kind, "batch": batch, "heads": heads,
+                             "config": dataclasses.asdict(config), "splits": base.num_splits,
+                             "ms": ms, "rel_err": err})  # fmt: skip
+                print(
+                    f"tune {kind:4s} B={batch:3d} H={heads:3d} bh={block_h:3d} bn={block_n:3d} w={warps:2d} "
+                    f"st={stages} pv8={int(pv_fp8)} splits={base.num_splits:2d} {ms * 1e3:8.1f} us "
+                    f"{flops / ms * 1e-9:6.1f} TFLOP/s floor {floor_ms * 1e3:6.1f} us err {err:.1e}",
+                    flush=True,
+                )
+            del case
+
+
+# ----------------------------------------------------------------------------- RoPE
+
+
+def rope_case(tokens, heads=128):
+    """sglang's call: transposed q_nope, q_rope sliced from [T, H, 192], 2-D K slices of a
+    576-wide latent row, q outputs as slices of one [T, H, 576] FP8 buffer."""
+    dev = "cuda"
+    q_nope = torch.randn(heads, tokens, D_V, dtype=torch.bfloat16, device=dev).transpose(0, 1)
+    q_rope = torch.randn(tokens, heads, 192, dtype=torch.bfloat16, device=dev)[..., 128:]
+    latent = torch.randn(tokens, DIM, dtype=torch.bfloat16, device=dev)
+    k_nope, k_rope = latent[:, :D_V], latent[:, D_V:]
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, D_ROPE, 2, device=dev).float() / D_ROPE))
+    angles = torch.arange(65536, device=dev).float()[:, None] * inv_freq[None, :]
+    cos_sin = torch.cat((angles.cos(), angles.sin()), -1)
+    pos = torch.randint(0, 65536, (tokens,), device=dev)
+    q_out = torch.empty(tokens, heads, DIM, dtype=torch.float8_e4m3fn, device=dev)
+    k_rope_out = torch.empty(tokens, D_ROPE, dtype=torch.float8_e4m3fn, device=dev)
+    k_nope_out = torch.empty(tokens, D_V, dtype=torch.float8_e4m3fn, device=dev)
+    public = {
+        "q_rope": q_rope, "k_rope": k_rope, "q_nope": q_nope, "k_nope": k_nope,
+        "cos_sin_cache": cos_sin, "pos_ids": pos, "is_neox": False,
+        "quantize_dtype": torch.float8_e4m3fn, "q_rope_out": q_out[..., D_V:], "k_rope_out": k_rope_out,
+        "q_nope_out": q_out[..., :D_V], "k_nope_out": k_nope_out,
+    }  # fmt: skip
+    internal = (
+        q_rope, k_rope[:, None], q_nope, k_nope[:, None], cos_sin, pos, False, 1.0, 1.0,
+        q_out[..., D_V:], k_rope_out[:, None], q_out[..., :D_V], k_nope_out[:, None],
+    )  # fmt: skip
+    nbytes = tokens * (heads + 1) * DIM * (2 + 1)
+    return public, internal, nbytes
+
+
+def graph_time_ms(fn, calls=20) -> float:
+    """Per-call time of ``calls`` launches captured in one CUDA graph (median of replays)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return median_ms(graph.replay) / calls
+
+
+def eager_wall_us(fn, calls=2000) -> float:
+    """Wall time per call of back-to-back eager calls (host overhead included)."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def bench_rope(copy_bw, rows):
+    import flashinfer.rope
+
+    for tokens in (1, 128, 1024, 4096, 16384):
+        public, internal, nbytes = rope_case(tokens)
+        kernel_ms = median_ms(lambda internal=internal: _cuda.rope_quantize(*internal))
+        src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        copy_ms = median_ms(lambda src=src, dst=dst: dst.copy_(src))
+        graph_ms = graph_time_ms(lambda internal=internal: _cuda.rope_quantize(*internal))
+        api_us = eager_wall_us(lambda public=public: flashinfer.rope.mla_rope_quantize_fp8(**public))
+        launcher_us = eager_wall_us(lambda internal=internal: _cuda.rope_quantize(*internal))
+        row = {
+            "op": "rope_quantize", "tokens": tokens, "bytes": nbytes, "ms": kernel_ms,
+            "copy_ms": copy_ms, "copy_fraction": copy_ms / kernel_ms, "gbps": nbytes / kernel_ms * 1e-6,
+            "graph_us": graph_ms * 1e3, "eager_api_us": api_us, "eager_launcher_us": launcher_us,
+        }  # fmt: skip
+        rows.append(row)
+        print(
+            f"rope T={tokens:6d} {kernel_ms * 1e3:8.1f} us ({row['gbps']:6.0f} GB/s, "
+            f"{row['copy_fraction'] * 100:5.1f}% of copy {copy_ms * 1e3:7.1f} us) graph {row['graph_us']:6.2f} us "
+            f"eager API {api_us:6.1f} us launcher {launcher_us:6.1f} us",
+            flush=True,
+        )
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_dec, ax_rope) = plt.subplots(1, 2, figsize=(13, 5))
+    for kind in DTYPES:
+        for heads in (16, 64, 128):
+            sel = [r for r in rows if r["op"] == "sparse_decode" and r["dtype"] == kind
+                   and r["heads"] == heads and r["q_len"] == 1]  # fmt: skip
+            if sel:
+                ax_dec.plot([r["batch"] for r in sel], [r["floor_ms"] / r["ms"] * 100 for r in sel],
+                            marker="o", label=f"{kind} H={heads}")  # fmt: skip
+    ax_dec.set(xscale="log", xlabel="batch (q_len 1, topk 2048)", ylabel="% of roofline floor",
+               title="Sparse MLA decode: floor / time")  # fmt: skip
+    ax_dec.legend()
+    sel = [r for r in rows if r["op"] == "rope_quantize"]
+    if sel:
+        ax_rope.plot([r["tokens"] for r in sel], [r["copy_fraction"] * 100 for r in sel], marker="o")
+    ax_rope.set(xscale="log", xlabel="tokens (128 heads, 576 wide)", ylabel="% of D2D copy bandwidth",
+                title="RoPE + FP8 quantize")  # fmt: skip
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/out"))
+    parser.add_argument("--tune", action="store_true", help="time candidate decode tile configs")
+    parser.add_argument("--skip-decode", action="store_true")
+    parser.add_argument("--skip-rope", action="store_true")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    copy_bw = copy_bandwidth()
+    meta = {
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "copy_bandwidth_gbps": copy_bw * 1e-9,
+    }  # fmt: skip
+    print(meta, flush=True)
+    rows = []
+    if args.tune:
+        tune(copy_bw, rows)
+    else:
+        if not args.skip_rope:
+            bench_rope(copy_bw, rows)
+        if not args.skip_decode:
+            reference_shapes = {
+                ("fp8", 1, 128, 1),
+                ("bf16", 1, 128, 1),
+                ("fp8", 8, 16, 1),
+                ("fp8", 32, 128, 1),
+            }
+            bench_decode(copy_bw, rows, reference_shapes)
+        plot(rows, os.path.join(args.out, "bench_mla.png"))
+    name = "tune_mla.json" if args.tune else "bench_mla.json"
+    with open(os.path.join(args.out, name), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

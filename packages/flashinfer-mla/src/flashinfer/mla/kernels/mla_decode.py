@@ -1,0 +1,447 @@
+"""MLA decode (DeepSeek absorbed attention, one shared latent KV head) over a top-k slot list
+or a page table, split over the key list, then a combine over splits.
+
+Layout
+------
+- ``query (B, q_len, H, D)``: bf16 or float8 e4m3, ``D = D_V + D_ROPE`` (576 = 512 + 64,
+  320 = 256 + 64); strides free but the last dim is contiguous.
+- Keys: a flat row-contiguous pool of ``S`` rows of ``D`` elements, same dtype as the query.
+  ``V`` of a row is its first ``D_V`` elements. Sparse mode reads rows ``indices[b, t, p]``
+  (int32 ``(B, q_len, topk)``); paged mode reads position ``p`` at row
+  ``block_tables[b, p // PAGE_SIZE] * PAGE_SIZE + p % PAGE_SIZE`` through the page and
+  in-page strides of ``kv_pages (P, PAGE_SIZE, D)``.
+- ``seq_lens (B,)`` int32. Token ``t`` attends list positions ``p < n`` with
+  ``n = seq_lens[b] - (q_len - 1 - t)``, capped at ``topk`` in sparse mode. Entries outside
+  ``[0, S)`` (pages outside ``[0, P)``) are skipped and never loaded; positions ``>= n`` are
+  never read, so work is bounded by ``seq_lens``, not by the list or table width.
+- ``out (B, q_len, H, D_V)`` bf16 with its own strides; ``lse (B, q_len, H)`` float32 view,
+  base 2, without the sinks. Rows with nothing to attend: ``out = 0``, ``lse = +inf``.
+
+Math: ``s_j = bmm1 * <q, K_j>`` in the exp2 domain (``bmm1 * log2(e)``), online softmax over
+``BLOCK_N`` keys at a time, ``out = bmm2 * sum_j p_j V_j / (sum_j p_j + exp(sink_h))``.
+
+Schedule: all heads share the gathered rows (MQA), so a program takes ``BLOCK_H`` heads of one
+query token and one chunk of its key list: QK^T is a ``[BLOCK_H, D] x [D, BLOCK_N]``
+tensor-core dot (FP8 x FP8 with fp32 accumulation for e4m3, bf16 otherwise) and PV a
+``[BLOCK_H, BLOCK_N] x [BLOCK_N, D_V]`` dot, both on rows loaded once. The list of each token
+is cut into ``NUM_SPLITS`` chunks sized from its own ``n`` on the device, so the split count is
+fixed per call shape (graph-capturable, independent of ``seq_lens``) while every split gets an
+even share. With one split the program writes ``out``/``lse`` itself; otherwise it writes a
+normalized fp32 partial output and its LSE to the workspace and :func:`mla_combine_kernel`
+merges them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+# FP8 probabilities are scaled by 256 before the e4m3 cast so that small weights keep their
+# mantissa instead of flushing to zero; the accumulator is divided back once at the end.
+P_FP8_SCALE = 256.0
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig:
+    """Tile shape and launch parameters of one decode kernel variant.
+
+    Attributes
+    ----------
+    block_h : int
+        Heads per program (a power of two; the last head block is masked).
+    block_n : int
+        Keys gathered per step.
+    num_warps, num_stages : int
+        Triton launch parameters.
+    programs_per_sm : int
+        Programs of this shape that fit on one multiprocessor at a time; the split count
+        targets this many per multiprocessor.
+    pv_fp8 : bool
+        FP8 operands only: quantize the probabilities to e4m3 (scaled by 256) for an FP8 x FP8
+        PV dot, instead of a bf16 dot on upcast V.
+    """
+
+    block_h: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    programs_per_sm: int
+    pv_fp8: bool = False
+
+
+def decode_config(heads: int, fp8: bool) -> DecodeConfig:
+    """The tile shape for ``heads`` query heads (FP8 or BF16 operands)."""
+    # 64 heads fill the M of one Hopper wgmma; 8 warps split the [64, 512] fp32 accumulator
+    # over two warpgroups (128 registers a thread). Fewer heads are memory-bound: small tiles,
+    # several programs a multiprocessor, deeper pipelines for more bytes in flight.
+    if heads > 32:
+        return DecodeConfig(block_h=64, block_n=64, num_warps=8, num_stages=2, programs_per_sm=1)
+    if heads > 16:
+        return DecodeConfig(block_h=32, block_n=64, num_warps=4, num_stages=3, programs_per_sm=2)
+    return DecodeConfig(block_h=16, block_n=64, num_warps=4, num_stages=3, programs_per_sm=2)
+
+
+@triton.jit
+def mla_decode_kernel(
+    # query, key pool, key list (indices or block table), lengths, per-head sinks
+    q_ptr,
+    kv_ptr,
+    list_ptr,
+    seq_lens_ptr,
+    sinks_ptr,
+    # scales: a float, or a pointer to a 0-dim float32 tensor (SCALE*_ON_DEVICE)
+    bmm1_scale,
+    bmm2_scale,
+    # outputs: final (one split) or the workspace partials (several splits)
+    out_ptr,
+    lse_ptr,
+    workspace_ptr,
+    workspace_pad,
+    # sizes
+    q_len,
+    num_heads,
+    list_width,
+    num_kv_rows,
+    num_splits,
+    # strides, in elements
+    stride_qb,
+    stride_qt,
+    stride_qh,
+    stride_kv_row,
+    stride_kv_tok,
+    stride_list_row,
+    stride_ob,
+    stride_ot,
+    stride_oh,
+    stride_lb,
+    stride_lt,
+    stride_lh,
+    # meta-parameters
+    D_V: tl.constexpr,
+    D_ROPE: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
+    HAS_LSE: tl.constexpr,
+    SCALE1_ON_DEVICE: tl.constexpr,
+    SCALE2_ON_DEVICE: tl.constexpr,
+    FP8: tl.constexpr,
+    PV_FP8: tl.constexpr,
+):
+    # program -> (head block, split, query token): head blocks of one chunk are neighbours, so
+    # the second gather of the same rows hits L2
+    pid = tl.program_id(0)
+    head_blocks = tl.cdiv(num_heads, BLOCK_H)
+    head_block = pid % head_blocks
+    split = (pid // head_blocks) % num_splits
+    row = pid // (head_blocks * num_splits)  # b * q_len + t
+    batch = row // q_len
+    token = row % q_len
+
+    # this token's list length, cut into num_splits chunks of whole BLOCK_N steps
+    n = tl.load(seq_lens_ptr + batch) - (q_len - 1 - token)
+    n = tl.maximum(tl.minimum(n, list_width), 0)
+    chunk = tl.cdiv(tl.cdiv(n, num_splits), BLOCK_N) * BLOCK_N
+    start = split * chunk
+    end = tl.minimum(start + chunk, n)
+
+    heads = head_block * BLOCK_H + tl.arange(0, BLOCK_H)
+    head_ok = heads < num_heads
+    dv = tl.arange(0, D_V)
+    q_row = q_ptr + batch.to(tl.int64) * stride_qb + token * stride_qt + heads[:, None] * stride_qh
+    q_nope = tl.load(q_row + dv[None, :], mask=head_ok[:, None], other=0.0)
+    if D_ROPE > 0:
+        dr = tl.arange(0, D_ROPE)
+        q_rope = tl.load(q_row + D_V + dr[None, :], mask=head_ok[:, None], other=0.0)
+
+    if SCALE1_ON_DEVICE:
+        scale_log2 = tl.load(bmm1_scale) * LOG2E
+    else:
+        scale_log2 = bmm1_scale * LOG2E
+
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, D_V], tl.float32)
+    # the page table has one row per request, the index list one per query token
+    list_row = list_ptr + row.to(tl.int64) * stride_list_row
+    if PAGE_SIZE > 0:
+        list_row = list_ptr + batch.to(tl.int64) * stride_list_row
+    for pos0 in range(start, end, BLOCK_N):
+        pos = pos0 + tl.arange(0, BLOCK_N)
+        in_range = pos < end
+        if PAGE_SIZE > 0:
+            page = tl.load(list_row + pos // PAGE_SIZE, mask=in_range, other=-1)
+            valid = in_range & (page >= 0) & (page < num_kv_rows)
+            kv_off = page.to(tl.int64) * stride_kv_row + (pos % PAGE_SIZE) * stride_kv_tok
+        else:
+            slot = tl.load(list_row + pos, mask=in_range, other=-1)
+            valid = in_range & (slot >= 0) & (slot < num_kv_rows)
+            kv_off = slot.to(tl.int64) * stride_kv_row
+        kv_row = kv_ptr + kv_off[:, None]
+        k_nope = tl.load(kv_row + dv[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, D_V]
+        s = tl.dot(q_nope, tl.trans(k_nope))
+        if D_ROPE > 0:
+            k_rope = tl.load(kv_row + D_V + dr[None, :], mask=valid[:, None], other=0.0)
+            s = tl.dot(q_rope, tl.trans(k_rope), s)
+        s = tl.where(valid[None, :], s * scale_log2, float("-inf"))
+
+        # online softmax; a row with nothing seen yet keeps m = -inf, exponentiated against 0
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_ref)
+        p = tl.exp2(s - m_ref[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if PV_FP8:
+            acc = tl.dot((p * P_FP8_SCALE).to(k_nope.dtype), k_nope, acc)
+        elif FP8:
+            acc = tl.dot(p.to(tl.bfloat16), k_nope.to(tl.bfloat16), acc)
+        else:
+            acc = tl.dot(p.to(k_nope.dtype), k_nope, acc)
+        m_i = m_new
+    if PV_FP8:
+        acc = acc * (1.0 / P_FP8_SCALE)
+
+    seen = l_i > 0.0
+    if not SPLIT:
+        denom = l_i
+        if HAS_SINKS:
+            sink = tl.load(sinks_ptr + heads, mask=head_ok, other=0.0) * LOG2E
+            denom += tl.exp2(sink - tl.where(seen, m_i, 0.0))
+        if SCALE2_ON_DEVICE:
+            scale2 = tl.load(bmm2_scale)
+        else:
+            scale2 = bmm2_scale
+        o = tl.where(seen[:, None], acc * (scale2 / tl.where(seen, denom, 1.0))[:, None], 0.0)
+        o_row = out_ptr + batch.to(tl.int64) * stride_ob + token * stride_ot + heads[:, None] * stride_oh
+        tl.store(o_row + dv[None, :], o.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+        if HAS_LSE:
+            lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
+            tl.store(lse_ptr + batch * stride_lb + token * stride_lt + heads * stride_lh, lse, mask=head_ok)
+    else:
+        # partials: [num_splits, rows * H, D_V] outputs, then [num_splits, rows * H] LSEs,
+        # float32 from the first 16-byte boundary of the byte workspace
+        workspace_ptr = (workspace_ptr + workspace_pad).to(tl.pointer_type(tl.float32))
+        part_rows = (tl.num_programs(0) // (head_blocks * num_splits)) * num_heads
+        part_row = (split * part_rows + row * num_heads + heads).to(tl.int64)
+        o = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
+        tl.store(workspace_ptr + part_row[:, None] * D_V + dv[None, :], o, mask=head_ok[:, None])
+        lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
+        lse_part = workspace_ptr + num_splits * part_rows.to(tl.int64) * D_V
+        tl.store(lse_part + part_row, lse, mask=head_ok)
+
+
+@triton.jit
+def mla_combine_kernel(
+    workspace_ptr,
+    workspace_pad,
+    sinks_ptr,
+    bmm2_scale,
+    out_ptr,
+    lse_ptr,
+    num_heads,
+    q_len,
+    num_splits,
+    stride_ob,
+    stride_ot,
+    stride_oh,
+    stride_lb,
+    stride_lt,
+    stride_lh,
+    D_V: tl.constexpr,
+    SPLITS_POW2: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
+    HAS_LSE: tl.constexpr,
+    SCALE2_ON_DEVICE: tl.constexpr,
+):
+    # one program per (query token, head): out = sum_s 2^lse_s o_s / (sum_s 2^lse_s + sink)
+    part_row = tl.program_id(0).to(tl.int64)  # (b * q_len + t) * H + h
+    part_rows = tl.num_programs(0)
+    head = part_row % num_heads
+    row = part_row // num_heads
+    batch = row // q_len
+    token = row % q_len
+    workspace_ptr = (workspace_ptr + workspace_pad).to(tl.pointer_type(tl.float32))
+
+    splits = tl.arange(0, SPLITS_POW2)
+    lse_part = workspace_ptr + num_splits * part_rows.to(tl.int64) * D_V
+    lse_s = tl.load(lse_part + splits * part_rows + part_row, mask=splits < num_splits, other=float("-inf"))
+    m = tl.max(lse_s, 0)
+    seen = m > float("-inf")
+    m_ref = tl.where(seen, m, 0.0)
+    w = tl.exp2(lse_s - m_ref)
+    total = tl.sum(w, 0)
+    dv = tl.arange(0, D_V)
+    acc = tl.zeros([D_V], tl.float32)
+    for s in range(num_splits):
+        w_s = tl.sum(tl.where(splits == s, w, 0.0), 0)
+        acc += w_s * tl.load(workspace_ptr + (s * part_rows + part_row) * D_V + dv)
+
+    denom = total
+    if HAS_SINKS:
+        denom += tl.exp2(tl.load(sinks_ptr + head) * LOG2E - m_ref)
+    if SCALE2_ON_DEVICE:
+        scale2 = tl.load(bmm2_scale)
+    else:
+        scale2 = bmm2_scale
+    o = acc * (scale2 / tl.where(seen, denom, 1.0))
+    o_row = out_ptr + batch * stride_ob + token * stride_ot + head * stride_oh
+    tl.store(o_row + dv, o.to(out_ptr.dtype.element_ty))
+    if HAS_LSE:
+        lse = tl.where(seen, m_ref + tl.log2(tl.where(seen, total, 1.0)), float("inf"))
+        tl.store(lse_ptr + batch * stride_lb + token * stride_lt + head * stride_lh, lse)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodePlan:
+    """The reusable schedule of one decode call shape (never depends on ``seq_lens``).
+
+    Attributes
+    ----------
+    num_splits : int
+        Chunks each query token's key list is cut into (before the workspace cap).
+    head_blocks : int
+        ``cdiv(heads, config.block_h)``.
+    fp8_config, bf16_config : DecodeConfig
+        Tile shapes for e4m3 and bf16 operands (the plan is made before the dtype is known).
+    """
+
+    num_splits: int
+    head_blocks: int
+    fp8_config: DecodeConfig
+    bf16_config: DecodeConfig
+
+
+# Fewest keys a split is worth: below this, the combine costs more than the parallelism gains.
+MIN_KEYS_PER_SPLIT = 128
+MAX_SPLITS = 64
+
+
+def plan_decode(batch: int, q_len: int, heads: int, list_len: int, num_sms: int) -> DecodePlan:
+    """Choose the split count so that about one wave of programs fills every multiprocessor.
+
+    Parameters
+    ----------
+    batch, q_len, heads : int
+        The query's shape.
+    list_len : int
+        The key list length bound: ``topk`` (sparse) or the page-table width in positions
+        (paged). Only caps the split count; chunk sizes follow each token's real length.
+    num_sms : int
+        Multiprocessors of the device.
+    """
+    fp8_config, bf16_config = decode_config(heads, True), decode_config(heads, False)
+    head_blocks = triton.cdiv(heads, fp8_config.block_h)
+    programs = batch * q_len * head_blocks
+    slots = num_sms * fp8_config.programs_per_sm
+    # with at least a wave already, one split writes out directly and skips the combine
+    num_splits = max(1, slots // programs) if programs < slots else 1
+    num_splits = max(1, min(num_splits, list_len // MIN_KEYS_PER_SPLIT, MAX_SPLITS))
+    return DecodePlan(num_splits, head_blocks, fp8_config, bf16_config)
+
+
+def _workspace_splits(plan_splits: int, part_rows: int, d_v: int, workspace_bytes: int) -> int:
+    # a partial row is D_V floats plus its LSE; 16 bytes are kept for alignment
+    per_split = part_rows * (d_v + 1) * 4
+    return max(1, min(plan_splits, (workspace_bytes - 16) // per_split))
+
+
+def _scale_arg(scale):
+    # (kernel argument, on-device flag): a 0-dim tensor is read in the kernel, never on the host
+    if isinstance(scale, float | int):
+        return float(scale), False
+    return scale, True
+
+
+def mla_decode(
+    query,
+    kv,
+    key_list,
+    seq_lens,
+    bmm1_scale,
+    bmm2_scale,
+    sinks,
+    out,
+    lse,
+    workspace,
+    plan,
+    page_size,
+    num_kv_rows,
+    stride_kv_row,
+    stride_kv_tok,
+):
+    """Launch the decode kernel (and the combine when split) on validated arguments.
+
+    Parameters
+    ----------
+    query : torch.Tensor
+        ``(B, q_len, H, D)`` bf16 or e4m3, last dim contiguous.
+    kv : torch.Tensor
+        The key pool; rows are addressed as ``row * stride_kv_row + tok * stride_kv_tok``.
+    key_list : torch.Tensor
+        int32 ``(B, q_len, topk)`` slot indices (``page_size == 0``) or ``(B, max_pages)``
+        block table; rows contiguous.
+    seq_lens : torch.Tensor
+        int32 ``(B,)``.
+    bmm1_scale, bmm2_scale : float or torch.Tensor
+        Python floats or 0-dim float32 device tensors.
+    sinks : torch.Tensor or None
+        float32 ``(H,)``.
+    out : torch.Tensor
+        bf16 ``(B, q_len, H, D_V)``, last dim contiguous.
+    lse : torch.Tensor or None
+        float32 ``(B, q_len, H)`` view.
+    workspace : torch.Tensor
+        1-D int8/uint8 scratch, not zeroed.
+    plan : DecodePlan
+        From :func:`plan_decode`.
+    page_size : int
+        0 for a top-k slot list, else the page size of the block table.
+    num_kv_rows : int
+        ``S`` (slots) or ``P`` (pages): the valid range of list entries.
+    stride_kv_row, stride_kv_tok : int
+        Element strides of a slot/page and of a token inside a page.
+    """
+    batch, q_len, heads, dim = query.shape
+    d_v = out.shape[-1]
+    fp8 = query.element_size() == 1
+    config = plan.fp8_config if fp8 else plan.bf16_config
+    part_rows = batch * q_len * heads
+    num_splits = plan.num_splits
+    if num_splits > 1:
+        num_splits = _workspace_splits(num_splits, part_rows, d_v, workspace.numel())
+    workspace_pad = (-workspace.data_ptr()) % 16
+    scale1, scale1_on_device = _scale_arg(bmm1_scale)
+    scale2, scale2_on_device = _scale_arg(bmm2_scale)
+    has_sinks = sinks is not None
+    has_lse = lse is not None
+    lse_arg = lse if has_lse else out
+    lse_strides = lse.stride() if has_lse else (0, 0, 0)
+    sinks_arg = sinks if has_sinks else seq_lens
+    mla_decode_kernel[(batch * q_len * plan.head_blocks * num_splits,)](
+        query, kv, key_list, seq_lens, sinks_arg, scale1, scale2,
+        out, lse_arg, workspace, workspace_pad,
+        q_len, heads, key_list.shape[-1] * max(page_size, 1), num_kv_rows, num_splits,
+        query.stride(0), query.stride(1), query.stride(2), stride_kv_row, stride_kv_tok,
+        key_list.stride(-2),
+        *out.stride()[:3], *lse_strides,
+        D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=page_size,
+        BLOCK_H=config.block_h, BLOCK_N=config.block_n, SPLIT=num_splits > 1,
+        HAS_SINKS=has_sinks, HAS_LSE=has_lse,
+        SCALE1_ON_DEVICE=scale1_on_device, SCALE2_ON_DEVICE=scale2_on_device, FP8=fp8,
+        PV_FP8=fp8 and config.pv_fp8,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip
+    if num_splits > 1:
+        mla_combine_kernel[(part_rows,)](
+            workspace, workspace_pad, sinks_arg, scale2, out, lse_arg, heads, q_len, num_splits,
+            *out.stride()[:3], *lse_strides,
+            D_V=d_v, SPLITS_POW2=triton.next_power_of_2(num_splits),
+            HAS_SINKS=has_sinks, HAS_LSE=has_lse, SCALE2_ON_DEVICE=scale2_on_device,
+            num_warps=4,
+        )  # fmt: skip
