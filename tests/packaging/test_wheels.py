@@ -150,4 +150,4 @@ def test_root_without_extend_path_breaks_editable_installs(make_env, tmp_path):
     site = next((env.path / "lib").glob("python*/site-packages"))
     (site / "broken_root.pth").write_text(str(broken.parent) + "\n")
     err = env.python_fails("import flashinfer")
-    assert "No module named 'flashinfer." in err
+    assert "ImportError" in err or "ModuleNotFoundError" in err, err
