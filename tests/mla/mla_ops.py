@@ -356,7 +356,6 @@ def decode_errors() -> list:
         ErrorInput("counter_not_contiguous", base(multi_ctas_kv_counter_buffer=torch.zeros(4096, 2, dtype=torch.uint8)[:, 0]), ValueError, "must be contiguous"),
         ErrorInput("counter_misaligned", base(multi_ctas_kv_counter_buffer=torch.zeros(4097, dtype=torch.uint8)[1:]), ValueError, "16-byte aligned"),
         ErrorInput("counter_too_small", base(multi_ctas_kv_counter_buffer=torch.zeros(8, dtype=torch.uint8)), ValueError, "is too small"),
-        ErrorInput("counter_with_xqa", base(backend="xqa", multi_ctas_kv_counter_buffer=torch.zeros(4096, dtype=torch.uint8)), ValueError, "trtllm-gen"),
         ErrorInput("max_q_len_without_cum", base(max_q_len=2), ValueError, "max_q_len"),
         ErrorInput("dcp_options_without_dcp", base(cp_world=2), ValueError, "enable_dcp=True"),
         ErrorInput("dcp_not_bool", base(enable_dcp=1), ValueError, "enable_dcp"),

@@ -13,8 +13,6 @@ from .._core.checks import check_device, check_last_dim_contiguous, check_no_ove
 from ..utils import get_device_sm_count, get_trtllm_gen_multi_ctas_kv_counter_bytes
 
 BACKENDS = ("auto", "trtllm-gen", "cute-dsl", "xqa", "sparse")
-# Upstream allows the counter buffer with trtllm-gen only (which `auto` may pick).
-COUNTER_BACKENDS = ("auto", "trtllm-gen")
 MLA_DIMS = ((512, 64), (256, 64), (512, 0))
 DTYPES = (torch.bfloat16, torch.float8_e4m3fn)
 
@@ -236,14 +234,14 @@ def check_lse(lse, rows: int, q_len: int, heads: int, device) -> torch.Tensor:
     return lse.unflatten(0, (batch, q_len)) if lse.dim() == 2 else lse
 
 
-def check_counter_buffer(buffer, backend: str, batch: int, heads: int, device) -> None:
-    """The multi-CTA counter buffer: never written here, but validated like FlashInfer does."""
+def check_counter_buffer(buffer, batch: int, heads: int, device) -> None:
+    """The multi-CTA counter buffer: never written here, but validated like FlashInfer does.
+
+    Upstream accepts it with trtllm-gen only; here every backend name runs the same
+    implementation, so it is accepted with all of them (vLLM may pair it with ``cute-dsl``).
+    """
     if buffer is None:
         return
-    if backend not in COUNTER_BACKENDS:
-        raise ValueError(
-            f"multi_ctas_kv_counter_buffer is only supported with the trtllm-gen backend, got backend={backend!r}"
-        )
     check_tensor(buffer, "multi_ctas_kv_counter_buffer", ValueError)
     if not buffer.is_contiguous():
         raise ValueError("multi_ctas_kv_counter_buffer must be contiguous")

@@ -169,7 +169,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
         _checks.check_sparse_indices(block_tables, (*query.shape[:-2], sparse_mla_top_k), device)
     else:
         _checks.check_dense_tables(block_tables, batch, device)
-    _checks.check_counter_buffer(multi_ctas_kv_counter_buffer, backend, batch, heads, device)
+    _checks.check_counter_buffer(multi_ctas_kv_counter_buffer, batch, heads, device)
     sinks = _checks.check_sinks(sinks, heads, device)
     if compact:
         _checks.check_int32(cum_seq_lens_q, "cum_seq_lens_q", (batch + 1,), device)
