@@ -191,6 +191,8 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
     The scales are FlashInfer's dequantization multipliers (the reciprocal of the quantization
     multiplier). Unlike upstream's cuBLAS path, e5m2 x e5m2 is computed (the math is the same),
     strides are honoured, and ``backend`` defaults to ``"auto"``. k == 0 zero-fills ``out``.
+    A backend name given positionally in ``out``'s slot (vLLM's
+    ``bmm_fp8(a, b, sa, sb, dtype, "auto")``) is taken as ``backend`` with ``out=None``.
 
     Examples
     --------
@@ -202,6 +204,9 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
     >>> bmm_fp8(A, B, one, one, torch.bfloat16, backend="cublas").view(4, 8).shape
     torch.Size([4, 8])
     """
+    if isinstance(out, str):
+        # vLLM's flashinfer_scaled_fp8_mm passes the backend name positionally in `out`'s slot.
+        out, backend = None, out
     if not skip_check:
         BMM_FP8.check(backend)
         _check_operands(A, B)
