@@ -251,3 +251,14 @@ def test_hypothesis_sparse_shapes(batch, q_len, heads, topk, page_size, fp8, ful
         query, kv.reshape(-1, 576), sparse_candidates(indices, seq_lens, slots), 0.07, 1.3, None, 512
     )
     assert_decode_close(out, lse.view(batch, q_len, heads), *expected)
+
+
+def test_docstring_examples_run_on_cpu():
+    import doctest
+
+    import flashinfer.mla._metadata
+    import flashinfer.rope
+
+    for module in (flashinfer.rope, flashinfer.mla._metadata):
+        result = doctest.testmod(module)
+        assert result.attempted and not result.failed, module.__name__
