@@ -173,6 +173,8 @@ def trtllm_batch_decode_with_kv_cache_mla(
     sinks = _checks.check_sinks(sinks, heads, device)
     if compact:
         _checks.check_int32(cum_seq_lens_q, "cum_seq_lens_q", (batch + 1,), device)
+        if batch == 0 and rows:
+            fail(ValueError, "seq_lens", "at least one request for a non-empty compact query", seq_lens)
     if sparse_mla_top_k_lens is not None:
         _checks.check_int32(sparse_mla_top_k_lens, "sparse_mla_top_k_lens", (rows * q_len,), device)
     if metadata is not None:
