@@ -8,7 +8,16 @@ from flashinfer._core.checks import fail
 
 from ._backends import BMM_BF16, BMM_FP8
 from ._dispatch import DISPATCH
-from ._validate import check_fp8, check_out, check_rank, check_same_device, check_scale, check_tensor
+from ._validate import (
+    FLOAT32,
+    FP8,
+    check_fp8,
+    check_out,
+    check_rank,
+    check_same_device,
+    check_scale,
+    check_tensor,
+)
 
 _16BIT = (torch.bfloat16, torch.float16)
 _BF16_OUT = (torch.bfloat16, torch.float16, torch.float32)
@@ -30,6 +39,70 @@ def _check_operands(A, B) -> None:
             f"shape {tuple(B.shape)}",
         )
     check_same_device(B, "B", A.device, "A")
+
+
+_BF16_NAMES = frozenset(BMM_BF16.names)
+_FP8_NAMES = frozenset(BMM_FP8.names)
+
+# Validation is one expression that is True when every check passes (the hot path, a few
+# attribute reads); only when it is False do the detailed checks run to say what is wrong.
+
+
+def _bmm_bf16_args_ok(A, B, out, out_dtype, backend) -> bool:
+    try:
+        a_shape, b_shape, device = A.shape, B.shape, A.device
+        ok = (
+            backend in _BF16_NAMES
+            and out_dtype in _BF16_OUT
+            and (backend != "tgv" or out_dtype == torch.bfloat16)
+            and len(a_shape) == 3
+            and len(b_shape) == 3
+            and b_shape[0] == a_shape[0]
+            and b_shape[1] == a_shape[2]
+            and A.dtype in _16BIT
+            and B.dtype == A.dtype
+            and B.device == device
+        )
+        if ok and out is not None:
+            ok = (
+                out.dtype == out_dtype
+                and out.device == device
+                and out.shape == (a_shape[0], a_shape[1], b_shape[2])
+            )
+        return ok
+    except AttributeError:
+        return False
+
+
+def _bmm_fp8_args_ok(A, B, A_scale, B_scale, dtype, out, backend) -> bool:
+    try:
+        a_shape, b_shape, device = A.shape, B.shape, A.device
+        a_dtype, b_dtype = A.dtype, B.dtype
+        ok = (
+            backend in _FP8_NAMES
+            and dtype in _FP8_OUT
+            and len(a_shape) == 3
+            and len(b_shape) == 3
+            and b_shape[0] == a_shape[0]
+            and b_shape[1] == a_shape[2]
+            and a_dtype in FP8
+            and b_dtype in FP8
+            and (backend != "cutlass" or (a_dtype != _E5M2 and b_dtype != _E5M2))
+            and B.device == device
+            and A_scale.dtype == FLOAT32
+            and B_scale.dtype == FLOAT32
+            and A_scale.device == device
+            and B_scale.device == device
+        )
+        if ok and out is not None:
+            ok = (
+                out.dtype == dtype
+                and out.device == device
+                and out.shape == (a_shape[0], a_shape[1], b_shape[2])
+            )
+        return ok
+    except AttributeError:
+        return False
 
 
 @gated(BMM_BF16)
@@ -85,7 +158,7 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
     >>> bmm_bf16(A, B, out_dtype=torch.float32).dtype
     torch.float32
     """
-    if not skip_check:
+    if not skip_check and not _bmm_bf16_args_ok(A, B, out, out_dtype, backend):
         BMM_BF16.check(backend)
         _check_operands(A, B)
         if A.dtype not in _16BIT:
@@ -207,7 +280,7 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
     if isinstance(out, str):
         # vLLM's flashinfer_scaled_fp8_mm passes the backend name positionally in `out`'s slot.
         out, backend = None, out
-    if not skip_check:
+    if not skip_check and not _bmm_fp8_args_ok(A, B, A_scale, B_scale, dtype, out, backend):
         BMM_FP8.check(backend)
         _check_operands(A, B)
         check_fp8(A, "A")

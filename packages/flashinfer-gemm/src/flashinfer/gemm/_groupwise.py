@@ -9,7 +9,7 @@ from flashinfer._core.errors import BackendSupportedError
 
 from ._backends import GEMM_FP8_NT_GROUPWISE
 from ._dispatch import DISPATCH
-from ._validate import E4M3, ceil_div, check_fp8, check_same_device, check_scale, check_tensor
+from ._validate import E4M3, FLOAT32, ceil_div, check_fp8, check_same_device, check_scale, check_tensor
 
 _OUT_16BIT = (torch.bfloat16, torch.float16)
 # (gm, gn, gk) that upstream's kernels run: per-row or 128-row A blocks, 128x128 B blocks.
@@ -169,6 +169,45 @@ def _scale_views(a_scale, b_scale, backend, scale_major_mode, granularity, m, n,
     )
 
 
+_NAMES = frozenset(GEMM_FP8_NT_GROUPWISE.names)
+_MODES = (None, "K", "MN")
+
+
+def _args_ok(
+    a, b, a_scale, b_scale, scale_major_mode, granularity, out, dtype, backend, output_scale
+) -> bool:
+    """True when every check passes (the hot path); FP8 output and ``mubin`` take the detailed checks."""
+    try:
+        a_shape, b_shape, device = a.shape, b.shape, a.device
+        ok = (
+            backend in _NAMES
+            and output_scale is None
+            and dtype in _OUT_16BIT
+            and scale_major_mode in _MODES
+            and granularity in _GRANULARITIES
+            and len(a_shape) == 2
+            and len(b_shape) == 2
+            and a_shape[1] == b_shape[1]
+            and a.dtype == E4M3
+            and b.dtype == E4M3
+            and (a_shape[1] <= 1 or (a.stride(1) == 1 and b.stride(1) == 1))
+            and b.device == device
+            and a_scale.dtype == FLOAT32
+            and b_scale.dtype == FLOAT32
+            and a_scale.device == device
+            and b_scale.device == device
+            and backend != "mubin"
+            and (backend != "cutlass" or scale_major_mode is not None)
+            and (backend != "trtllm" or (granularity == (1, 128, 128) and a_shape[1] >= _TRTLLM_MIN_K))
+            and (backend != "cutile" or (scale_major_mode != "MN" and granularity == (1, 128, 128)))
+        )
+        if ok and out is not None:
+            ok = out.device == device and out.shape == (a_shape[0], b_shape[0])
+        return ok
+    except AttributeError:
+        return False
+
+
 @gated(GEMM_FP8_NT_GROUPWISE)
 def gemm_fp8_nt_groupwise(
     a,
@@ -275,7 +314,9 @@ def gemm_fp8_nt_groupwise(
     """
     granularity = tuple(scale_granularity_mnk)
     dtype = _output_dtype(out, out_dtype, output_scale)
-    if not skip_check:
+    if not skip_check and not _args_ok(
+        a, b, a_scale, b_scale, scale_major_mode, granularity, out, dtype, backend, output_scale
+    ):
         _check_operands(a, b)
         _check_backend_rules(backend, scale_major_mode, granularity, a.shape[1], output_scale)
         check_scale(a_scale, "a_scale", a.device, "a")
