@@ -1,0 +1,179 @@
+"""Host overhead of the flashinfer.gemm API layer, per API, on CPU with tiny tensors.
+
+For each case this times (median over many single calls) the public function and, with the
+same arguments already normalized, the implementation function it dispatches to
+(``flashinfer.gemm._reference`` on CPU). The difference is what the API layer costs per call:
+validation, scale views, dispatch and (without ``out=``) output allocation. Tiny tensors keep
+the implementation's own time small so the difference is not lost in noise. The two are timed
+interleaved, so drift affects both. A second column times the wrapper with every
+implementation function replaced by a no-op (minus a no-op call): the API layer alone, free of
+the implementation's own jitter.
+
+Run: ``python benchmarks/host_overhead.py [--iters N] [--json PATH]``. Target: under 5 us for
+``bmm_fp8`` and ``gemm_fp8_nt_groupwise`` with ``out=``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+
+import torch
+
+import flashinfer.gemm as G
+from flashinfer.gemm import _reference as ref
+
+E4M3, BF16 = torch.float8_e4m3fn, torch.bfloat16
+
+
+def cases():
+    """(api, case, wrapper call, direct implementation call) with tiny tensors."""
+    A16 = torch.randn(1, 16, 16).to(BF16)
+    B16 = torch.randn(1, 16, 16).to(BF16).transpose(-2, -1)
+    o16 = torch.empty(1, 16, 16, dtype=BF16)
+    A8 = torch.randn(1, 16, 16).to(E4M3)
+    B8 = torch.randn(1, 16, 16).to(E4M3).transpose(-2, -1)
+    s1, s0 = torch.ones(1), torch.ones(())
+    a, b = torch.randn(16, 128).to(E4M3), torch.randn(128, 128).to(E4M3)
+    sa, sb = torch.ones(16, 1), torch.ones(1, 1)
+    o2 = torch.empty(16, 128, dtype=BF16)
+    ids = torch.zeros(16, dtype=torch.int32)
+    bg, sbg = torch.randn(1, 128, 128).to(E4M3), torch.ones(1, 1, 1)
+    a3, sa3 = torch.randn(1, 16, 128).to(E4M3), torch.ones(1, 16, 1)
+    masked = torch.tensor([8], dtype=torch.int32)
+    o3 = torch.empty(1, 16, 128, dtype=BF16)
+    return [
+        ("bmm_bf16", "out=", lambda: G.bmm_bf16(A16, B16, o16), lambda: ref.bmm(A16, B16, o16)),
+        ("bmm_bf16", "allocates out", lambda: G.bmm_bf16(A16, B16), lambda: ref.bmm(A16, B16, o16)),
+        (
+            "bmm_fp8",
+            "(1,) scales, out= (G1)",
+            lambda: G.bmm_fp8(A8, B8, s1, s1, BF16, o16),
+            lambda: ref.bmm(A8, B8, o16, s0, s0),
+        ),
+        (
+            "bmm_fp8",
+            "0-dim scales, out=",
+            lambda: G.bmm_fp8(A8, B8, s0, s0, BF16, o16),
+            lambda: ref.bmm(A8, B8, o16, s0, s0),
+        ),
+        (
+            "bmm_fp8",
+            "0-dim scales, skip_check",
+            lambda: G.bmm_fp8(A8, B8, s0, s0, BF16, o16, skip_check=True),
+            lambda: ref.bmm(A8, B8, o16, s0, s0),
+        ),
+        (
+            "gemm_fp8_nt_groupwise",
+            "K, out=",
+            lambda: G.gemm_fp8_nt_groupwise(a, b, sa, sb, "K", out=o2),
+            lambda: ref.gemm_groupwise(a, b, sa, sb, 1, 128, 128, o2),
+        ),
+        (
+            "gemm_fp8_nt_groupwise",
+            "MN, out=",
+            lambda: G.gemm_fp8_nt_groupwise(a, b, sa.t(), sb.t(), "MN", out=o2),
+            lambda: ref.gemm_groupwise(a, b, sa, sb, 1, 128, 128, o2),
+        ),
+        (
+            "group_deepgemm_fp8_nt_groupwise",
+            "out=",
+            lambda: G.group_deepgemm_fp8_nt_groupwise(a, bg, sa, sbg, ids, out=o2),
+            lambda: ref.group_gemm_contiguous(a, bg, sa, sbg, ids, o2),
+        ),
+        (
+            "batch_deepgemm_fp8_nt_groupwise",
+            "out=",
+            lambda: G.batch_deepgemm_fp8_nt_groupwise(a3, bg, sa3, sbg, masked, 8, out=o3),
+            lambda: ref.group_gemm_masked(a3, bg, sa3, sbg, masked, 8, o3),
+        ),
+    ]
+
+
+def median_ns(fn, iters):
+    times = []
+    clock = time.perf_counter_ns
+    for _ in range(iters):
+        start = clock()
+        fn()
+        times.append(clock() - start)
+    return statistics.median(times)
+
+
+def measure(wrapper, direct, iters, rounds=5):
+    """Interleaved rounds; per round the median of single calls; the median over rounds."""
+    for _ in range(200):
+        wrapper()
+        direct()
+    wrapped, plain = [], []
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            wrapped.append(median_ns(wrapper, iters))
+            plain.append(median_ns(direct, iters))
+    finally:
+        gc.enable()
+    return statistics.median(wrapped) / 1e3, statistics.median(plain) / 1e3
+
+
+def _noop(*args):
+    return None
+
+
+IMPLEMENTATION_FUNCTIONS = ("bmm", "gemm_groupwise", "group_gemm_contiguous", "group_gemm_masked")
+
+
+def api_layer_only(wrapper, iters):
+    """The wrapper with every implementation function replaced by a no-op, minus a no-op call."""
+    saved = {name: getattr(ref, name) for name in IMPLEMENTATION_FUNCTIONS}
+    try:
+        for name in IMPLEMENTATION_FUNCTIONS:
+            setattr(ref, name, _noop)
+        wrapped_us, noop_us = measure(wrapper, _noop, iters)
+    finally:
+        for name, fn in saved.items():
+            setattr(ref, name, fn)
+    return wrapped_us - noop_us
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iters", type=int, default=2000)
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rows = []
+    for api, case, wrapper, direct in cases():
+        wrapped_us, direct_us = measure(wrapper, direct, args.iters)
+        rows.append(
+            {
+                "api": api,
+                "case": case,
+                "wrapper_us": wrapped_us,
+                "direct_us": direct_us,
+                "overhead_us": wrapped_us - direct_us,
+                "api_layer_us": api_layer_only(wrapper, args.iters),
+            }
+        )
+    header = f"{'api':32} {'case':26} {'wrapper':>8} {'impl':>8} {'overhead':>9} {'API layer':>10}"
+    print(header + "\n" + "-" * len(header))
+    for r in rows:
+        print(
+            f"{r['api']:32} {r['case']:26} {r['wrapper_us']:8.2f} {r['direct_us']:8.2f} "
+            f"{r['overhead_us']:9.2f} {r['api_layer_us']:10.2f}"
+        )
+    print(
+        "us per call. overhead = wrapper - impl (real implementation, noisier); API layer = the "
+        "wrapper with a no-op implementation minus a no-op call."
+    )
+    print(f"torch {torch.__version__}, CPU, 1 thread, median of {args.iters} calls x 5 interleaved rounds")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
