@@ -39,7 +39,8 @@ def _purge_mate_modules() -> None:
 
 
 def _use_mate_from(path: Path, monkeypatch):
-    from flashinfer._core import dispatch, mate as mate_loader
+    from flashinfer._core import dispatch
+    from flashinfer._core import mate as mate_loader
 
     _purge_mate_modules()
     monkeypatch.syspath_prepend(str(path))
@@ -77,7 +78,8 @@ def unrelated_mate(monkeypatch):
 @pytest.fixture
 def no_mate(monkeypatch, tmp_path):
     """Route CPU tensors through the MATE adapter with no MATE installed at all."""
-    from flashinfer._core import dispatch, mate as mate_loader
+    from flashinfer._core import dispatch
+    from flashinfer._core import mate as mate_loader
 
     _purge_mate_modules()
     monkeypatch.setattr(sys, "path", [p for p in sys.path if "standin" not in p])

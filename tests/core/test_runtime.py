@@ -34,7 +34,9 @@ def test_check_messages_name_argument_expected_and_received():
     x = torch.zeros(2, 3, dtype=torch.float16)
     with pytest.raises(ValueError, match=r"expected dtype torch.bfloat16 for `A`, got dtype torch.float16"):
         checks.check_dtype(x, "A", torch.bfloat16)
-    with pytest.raises(ValueError, match=r"expected a 3-D tensor for `B`, got a 2-D tensor of shape \(2, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"expected a 3-D tensor for `B`, got a 2-D tensor of shape \(2, 3\)"
+    ):
         checks.check_ndim(x, "B", 3)
     with pytest.raises(ValueError, match=r"expected shape \(3, 2\) for `out`, got shape \(2, 3\)"):
         checks.check_shape(x, "out", (3, 2))
@@ -65,7 +67,9 @@ def test_gated_hooks_hide_skip_check():
     assert op.is_backend_supported("mudnn", 31) and op.is_backend_supported("cublas", 90)
     assert not op.is_backend_supported("cudnn")
     assert op.is_compute_capability_supported(90) and op.has_backend_choices()
-    with pytest.raises(ValueError, match=r"expected one of \['cublas', 'auto', 'mudnn'\] for `backend` of op, got 'nope'"):
+    with pytest.raises(
+        ValueError, match=r"expected one of \['cublas', 'auto', 'mudnn'\] for `backend` of op, got 'nope'"
+    ):
         table.check("nope")
 
 

@@ -49,8 +49,14 @@ def test_decode_is_the_same_object_in_both_modules():
     import flashinfer.decode
     import flashinfer.mla
 
-    assert flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla is flashinfer.mla.trtllm_batch_decode_with_kv_cache_mla
-    assert flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla.__name__ == "trtllm_batch_decode_with_kv_cache_mla"
+    assert (
+        flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla
+        is flashinfer.mla.trtllm_batch_decode_with_kv_cache_mla
+    )
+    assert (
+        flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla.__name__
+        == "trtllm_batch_decode_with_kv_cache_mla"
+    )
 
 
 def test_version_is_pep440_with_musa_label():
@@ -83,5 +89,10 @@ def test_show_config_is_truthful_here():
     assert "on cpu -> reference" in report
     if not torch.cuda.is_available():
         assert "cuda:0" not in report
-    for op in ("bmm_fp8", "gemm_fp8_nt_groupwise", "rope_quantize_fp8", "trtllm_batch_decode_with_kv_cache_mla"):
+    for op in (
+        "bmm_fp8",
+        "gemm_fp8_nt_groupwise",
+        "rope_quantize_fp8",
+        "trtllm_batch_decode_with_kv_cache_mla",
+    ):
         assert op in report

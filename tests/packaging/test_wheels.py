@@ -64,10 +64,15 @@ def test_versions_and_dependencies(wheels):
         assert meta["Version"] == VERSION
         requires = meta.get_all("Requires-Dist") or []
         names = [r.split(";")[0].strip() for r in requires]
-        assert not any(n.split("=")[0].split(">")[0].strip().lower() in ("mate", "torch-musa", "torch_musa") for n in names)
+        assert not any(
+            n.split("=")[0].split(">")[0].strip().lower() in ("mate", "torch-musa", "torch_musa")
+            for n in names
+        )
         for req in names:
             if req.startswith("torch"):
-                assert req.replace(" ", "").startswith("torch>="), f"{dist}: torch must have a lower bound only, got {req}"
+                assert req.replace(" ", "").startswith("torch>="), (
+                    f"{dist}: torch must have a lower bound only, got {req}"
+                )
     meta_requires = _metadata(wheels["flashinfer-python"]).get_all("Requires-Dist")
     for dist in ("flashinfer-core", "flashinfer-gemm", "flashinfer-mla"):
         assert f"{dist}=={VERSION}" in [r.replace(" ", "") for r in meta_requires], meta_requires

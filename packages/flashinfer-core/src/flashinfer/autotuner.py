@@ -16,7 +16,9 @@ _state = threading.local()
 
 
 @contextlib.contextmanager
-def autotune(tune_mode: bool = True, cache: str | None = None, tuning_buckets=None, round_up=None, skip_ops=None):
+def autotune(
+    tune_mode: bool = True, cache: str | None = None, tuning_buckets=None, round_up=None, skip_ops=None
+):
     """Enter a region where FlashInfer would tune its kernels (accepted; selection is static)."""
     previous = getattr(_state, "tuning", False)
     _state.tuning = bool(tune_mode)

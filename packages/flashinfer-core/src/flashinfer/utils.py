@@ -8,8 +8,7 @@ keeps upstream's ``ValueError`` for devices that have no compute capability (CPU
 from __future__ import annotations
 
 import functools
-import math
-from typing import Callable, Tuple
+from collections.abc import Callable
 
 import torch
 
@@ -49,7 +48,7 @@ def _musa():
 
 
 @functools.cache
-def get_compute_capability(device: torch.device) -> Tuple[int, int]:
+def get_compute_capability(device: torch.device) -> tuple[int, int]:
     """``(major, minor)`` of a CUDA or MUSA device.
 
     Raises
@@ -103,14 +102,14 @@ def get_trtllm_gen_multi_ctas_kv_counter_bytes(batch_size: int, num_q_heads: int
     return round_up(max(batch_size * num_q_heads, sm_count), 8) * 4
 
 
-def _cuda_cc(device) -> Tuple[int, int] | None:
+def _cuda_cc(device) -> tuple[int, int] | None:
     device = _device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
     return get_compute_capability(device)
 
 
-def _cuda_version() -> Tuple[int, int]:
+def _cuda_version() -> tuple[int, int]:
     v = torch.version.cuda
     if not v:
         return (0, 0)
@@ -212,9 +211,7 @@ def backend_requirement(
                 return func(*args, **kwargs)
             bound = sig.bind(*args, **kwargs)
             bound.apply_defaults()
-            tensor = next(
-                (v for v in bound.arguments.values() if isinstance(v, torch.Tensor)), None
-            )
+            tensor = next((v for v in bound.arguments.values() if isinstance(v, torch.Tensor)), None)
             cc = None
             if tensor is not None:
                 major, minor = get_compute_capability(tensor.device)

@@ -76,7 +76,10 @@ def show_config() -> str:
     lines += ["", "Runtimes:"]
     lines += [f"  {name:<20} {value}" for name, value in _runtimes()]
     forced = dispatch.force_reference()
-    lines += ["", f"{dispatch.FORCE_REFERENCE_ENV}: {'set (every device runs the reference)' if forced else 'not set'}"]
+    lines += [
+        "",
+        f"{dispatch.FORCE_REFERENCE_ENV}: {'set (every device runs the reference)' if forced else 'not set'}",
+    ]
     devices = _devices()
     lines += ["", "Devices:"]
     lines += [f"  {str(d):<20} {_device_name(d)}" for d in devices]

@@ -12,10 +12,7 @@ import torch
 def describe(x) -> str:
     """Say what ``x`` is in a short, readable way for an error message."""
     if isinstance(x, torch.Tensor):
-        return (
-            f"a {x.dtype} tensor of shape {tuple(x.shape)} and strides {tuple(x.stride())} "
-            f"on {x.device}"
-        )
+        return f"a {x.dtype} tensor of shape {tuple(x.shape)} and strides {tuple(x.stride())} on {x.device}"
     if isinstance(x, torch.dtype):
         return str(x)
     return repr(x)
@@ -69,7 +66,9 @@ def check_device(x: torch.Tensor, arg: str, device: torch.device, ref_arg: str) 
 def check_last_dim_contiguous(x: torch.Tensor, arg: str, exc: type[Exception] = ValueError) -> None:
     """Require unit stride in the last dimension (other strides are free)."""
     if x.dim() and x.shape[-1] > 1 and x.stride(-1) != 1:
-        fail(exc, arg, "a tensor whose last dimension is contiguous (stride 1)", f"strides {tuple(x.stride())}")
+        fail(
+            exc, arg, "a tensor whose last dimension is contiguous (stride 1)", f"strides {tuple(x.stride())}"
+        )
 
 
 def check_contiguous(x: torch.Tensor, arg: str, exc: type[Exception] = ValueError) -> None:
