@@ -21,16 +21,16 @@ BMM_BF16 = BackendTable(
     upstream=("cudnn", "cutlass", "cutile", "tgv", "auto"),
     mate=("mudnn",),
     meaning={
-        "cudnn": {"cpu": _REFERENCE, "cuda": "cuBLAS (torch.matmul)", "musa": "MATE muDNN"},
-        "cutlass": {"cpu": _REFERENCE, "cuda": "cuBLAS (torch.matmul)", "musa": "MATE muDNN"},
-        "cutile": {"cpu": _REFERENCE, "cuda": "cuBLAS (torch.matmul)", "musa": "MATE muDNN"},
+        "cudnn": {"cpu": _REFERENCE, "cuda": "cuBLAS (torch.bmm)", "musa": "MATE muDNN"},
+        "cutlass": {"cpu": _REFERENCE, "cuda": "cuBLAS (torch.bmm)", "musa": "MATE muDNN"},
+        "cutile": {"cpu": _REFERENCE, "cuda": "cuBLAS (torch.bmm)", "musa": "MATE muDNN"},
         "tgv": {
             "cpu": _REFERENCE + "; bf16 output only",
-            "cuda": "cuBLAS (torch.matmul); bf16 output only",
+            "cuda": "cuBLAS (torch.bmm); bf16 output only",
             "musa": "MATE muDNN; bf16 output only",
         },
-        "auto": {"cpu": _REFERENCE, "cuda": "cuBLAS (torch.matmul)", "musa": "MATE muDNN"},
-        "mudnn": {"cpu": _REFERENCE, "cuda": "cuBLAS (torch.matmul)", "musa": "MATE muDNN"},
+        "auto": {"cpu": _REFERENCE, "cuda": "cuBLAS (torch.bmm)", "musa": "MATE muDNN"},
+        "mudnn": {"cpu": _REFERENCE, "cuda": "cuBLAS (torch.bmm)", "musa": "MATE muDNN"},
     },
 )
 
@@ -39,19 +39,19 @@ BMM_FP8 = BackendTable(
     upstream=("cudnn", "cublas", "cutlass", "auto"),
     mate=("mudnn",),
     meaning={
-        "cudnn": {"cpu": _REFERENCE, "cuda": "torch._scaled_mm (cuBLASLt)", "musa": "MATE muDNN"},
-        "cublas": {"cpu": _REFERENCE, "cuda": "torch._scaled_mm (cuBLASLt)", "musa": "MATE muDNN"},
+        "cudnn": {"cpu": _REFERENCE, "cuda": "torch._scaled_mm (cuBLASLt) or Triton", "musa": "MATE muDNN"},
+        "cublas": {"cpu": _REFERENCE, "cuda": "torch._scaled_mm (cuBLASLt) or Triton", "musa": "MATE muDNN"},
         "cutlass": {
             "cpu": _REFERENCE + "; no e5m2",
-            "cuda": "torch._scaled_mm (cuBLASLt); no e5m2",
+            "cuda": "torch._scaled_mm (cuBLASLt) or Triton; no e5m2",
             "musa": "MATE muDNN; no e5m2",
         },
-        "auto": {"cpu": _REFERENCE, "cuda": "torch._scaled_mm (cuBLASLt)", "musa": "MATE muDNN"},
-        "mudnn": {"cpu": _REFERENCE, "cuda": "torch._scaled_mm (cuBLASLt)", "musa": "MATE muDNN"},
+        "auto": {"cpu": _REFERENCE, "cuda": "torch._scaled_mm (cuBLASLt) or Triton", "musa": "MATE muDNN"},
+        "mudnn": {"cpu": _REFERENCE, "cuda": "torch._scaled_mm (cuBLASLt) or Triton", "musa": "MATE muDNN"},
     },
 )
 
-_GROUPWISE_CUDA = "torch._scaled_mm blockwise or Triton"
+_GROUPWISE_CUDA = "torch._scaled_mm blockwise (sm90) or Triton"
 _FP8_OUTPUT = "; with `output_scale`: FP8 E4M3 output"
 
 GEMM_FP8_NT_GROUPWISE = BackendTable(
@@ -86,7 +86,7 @@ GEMM_FP8_NT_GROUPWISE = BackendTable(
         },
         "mubin": {
             "cpu": _REFERENCE + "; FP8 E4M3 output, needs `output_scale`",
-            "cuda": _GROUPWISE_CUDA + "; FP8 E4M3 output, needs `output_scale`",
+            "cuda": "Triton blockwise kernel; FP8 E4M3 output, needs `output_scale`",
             "musa": "MATE MUBIN; FP8 E4M3 output, needs `output_scale`",
         },
     },
