@@ -237,3 +237,11 @@ def test_hypothesis_strides(tokens, heads, rope_dim, nope_dim, k_heads, pad, tra
     q_out = torch.empty(tokens, heads, rope_dim + nope_dim + pad, dtype=E4M3)
     kwargs.update(q_rope_out=q_out[..., :rope_dim], q_nope_out=q_out[..., rope_dim : rope_dim + nope_dim])
     _check(kwargs, rope_quantize_fp8(**kwargs))
+
+
+def test_reference_chunks_over_tokens(monkeypatch, seed):
+    from flashinfer.mla import _reference
+
+    monkeypatch.setattr(_reference, "_ROPE_CHUNK_ELEMENTS", 1000)
+    kwargs, _ = rope_kwargs(11, 3, 1, 64, 512, k_2d=True, is_neox=True, scale_q=1.5)
+    _check(kwargs, rope_quantize_fp8(**kwargs))

@@ -276,11 +276,11 @@ def _check_rope(inputs, outputs, cos_sin_cache, pos_ids, quantize_dtype, k_is_2d
         fail(RuntimeError, "q_rope", "an even rope_dim", f"rope_dim {rope_dim}")
     if cos_sin_cache.dtype not in _CACHE_DTYPES:
         raise ValueError(f"cos_sin_cache should be float32 (or bfloat16), got dtype {cos_sin_cache.dtype}")
-    if cos_sin_cache.dim() != 2 or cos_sin_cache.shape[1] != rope_dim:
+    if cos_sin_cache.dim() != 2 or cos_sin_cache.shape[1] != rope_dim or cos_sin_cache.shape[0] == 0:
         fail(
             ValueError,
             "cos_sin_cache",
-            f"a 2-D [max_pos, {rope_dim}] tensor (rows as long as rope_dim)",
+            f"a 2-D [max_pos > 0, {rope_dim}] tensor (rows as long as rope_dim)",
             cos_sin_cache,
         )
     if pos_ids.dtype not in (torch.int32, torch.int64) or tuple(pos_ids.shape) != (nnz,):

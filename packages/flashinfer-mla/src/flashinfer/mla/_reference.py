@@ -21,6 +21,7 @@ LOG2E = 1.4426950408889634
 # Upper bound on the float32 scratch one decode chunk gathers (keys x head dim + scores).
 _CHUNK_BYTES = 64 << 20
 _KEYS_PER_CHUNK = 2048
+_ROPE_CHUNK_ELEMENTS = 1 << 22
 
 
 def _saturating_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -57,18 +58,26 @@ def rope_quantize(
 ) -> None:
     """RoPE on the rope parts, scale and saturating FP8 cast on all four (docs/internals.md)."""
     max_pos, rope_dim = cos_sin_cache.shape
-    valid = (pos_ids >= 0) & (pos_ids < max_pos)
-    rows = cos_sin_cache[torch.where(valid, pos_ids, 0)].float()
-    # A position outside the cache is never read: its rotation is NaN, so are its rope outputs.
-    rows = torch.where(valid[:, None], rows, float("nan"))[:, None, :]
-    cos, sin = rows[..., : rope_dim // 2], rows[..., rope_dim // 2 :]
+    nnz = q_rope.shape[0]
+    width = q_rope.shape[1] * (q_rope.shape[2] + q_nope.shape[2]) + k_rope.shape[1] * (
+        k_rope.shape[2] + k_nope.shape[2]
+    )
+    step = max(1, _ROPE_CHUNK_ELEMENTS // max(width, 1))  # bounds the float32 temporaries
     dtype = q_rope_out.dtype
-    q_rope_out.copy_(_saturating_cast(_rotate(q_rope, cos, sin, is_neox) * quant_scale_q, dtype))
-    k_rope_out.copy_(_saturating_cast(_rotate(k_rope, cos, sin, is_neox) * quant_scale_kv, dtype))
-    if q_nope.shape[-1]:
-        q_nope_out.copy_(_saturating_cast(q_nope.float() * quant_scale_q, dtype))
-    if k_nope.shape[-1]:
-        k_nope_out.copy_(_saturating_cast(k_nope.float() * quant_scale_kv, dtype))
+    for t0 in range(0, nnz, step):
+        t = slice(t0, min(nnz, t0 + step))
+        pos = pos_ids[t]
+        valid = (pos >= 0) & (pos < max_pos)
+        rows = cos_sin_cache[torch.where(valid, pos, 0)].float()
+        # A position outside the cache is never read: its rotation is NaN, so are its rope outputs.
+        rows = torch.where(valid[:, None], rows, float("nan"))[:, None, :]
+        cos, sin = rows[..., : rope_dim // 2], rows[..., rope_dim // 2 :]
+        q_rope_out[t] = _saturating_cast(_rotate(q_rope[t], cos, sin, is_neox) * quant_scale_q, dtype)
+        k_rope_out[t] = _saturating_cast(_rotate(k_rope[t], cos, sin, is_neox) * quant_scale_kv, dtype)
+        if q_nope.shape[-1]:
+            q_nope_out[t] = _saturating_cast(q_nope[t].float() * quant_scale_q, dtype)
+        if k_nope.shape[-1]:
+            k_nope_out[t] = _saturating_cast(k_nope[t].float() * quant_scale_kv, dtype)
 
 
 def decode_plan(batch, q_len, heads, topk, device):
