@@ -277,3 +277,25 @@ def test_reference_online_softmax_across_chunks(kind, monkeypatch, seed):
         sample = dense_sample("d", q_len=2, sinks=True, lse="3d", dtype=E4M3).build()
     out, lse = _run(sample)
     assert_decode_close(out, lse, *sample.oracle())
+
+
+def test_module_surfaces():
+    import flashinfer.decode
+    import flashinfer.mla
+    import flashinfer.rope
+
+    assert flashinfer.rope.__all__ == ["mla_rope_quantize_fp8", "rope_quantize_fp8"]
+    assert set(flashinfer.decode.__all__) == {
+        "DecodeMetadata", "get_batch_decode_metadata_mla", "trtllm_batch_decode_with_kv_cache_mla"
+    }  # fmt: skip
+    for name in flashinfer.mla.__all__:
+        assert hasattr(flashinfer.mla, name)
+    dims = flashinfer.mla.deepseek_mla_dimensions
+    assert (dims.qk_nope_head_dim, dims.qk_rope_head_dim, dims.v_head_dim, dims.kv_lora_rank) == (
+        128,
+        64,
+        128,
+        512,
+    )
+    assert flashinfer.mla.nope_mla_dimensions.qk_rope_head_dim == 0
+    assert [d.num_heads for d in flashinfer.mla.supported_mla_layer_dimensions] == [128, 64, 32]
