@@ -20,9 +20,10 @@ import math
 import sys
 import time
 
+import torch
+
 import flashinfer.decode
 import flashinfer.rope
-import torch
 
 KV_LORA_RANK, ROPE_DIM, QK_NOPE_HEAD_DIM = 512, 64, 128
 PAGE_SIZE = 64

@@ -11,8 +11,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import flashinfer.decode
-import flashinfer.rope
 import torch
 from mla_oracles import (
     E4M3,
@@ -28,6 +26,9 @@ from mla_oracles import (
     rope_oracle,
     sparse_candidates,
 )
+
+import flashinfer.decode
+import flashinfer.rope
 
 
 @dataclass

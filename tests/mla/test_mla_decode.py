@@ -10,12 +10,6 @@ import inspect
 
 import pytest
 import torch
-from flashinfer._core import dispatch
-from flashinfer.decode import (
-    DecodeMetadata,
-    get_batch_decode_metadata_mla,
-    trtllm_batch_decode_with_kv_cache_mla,
-)
 from hypothesis import given
 from hypothesis import strategies as st
 from mla_ops import dense_sample, sparse_sample
@@ -26,6 +20,13 @@ from mla_oracles import (
     dense_candidates,
     quantized,
     sparse_candidates,
+)
+
+from flashinfer._core import dispatch
+from flashinfer.decode import (
+    DecodeMetadata,
+    get_batch_decode_metadata_mla,
+    trtllm_batch_decode_with_kv_cache_mla,
 )
 
 V0617_PARAMETERS = [

@@ -7,11 +7,8 @@ BF16 output rtol 1e-2 / atol 2e-3, LSE rtol 1e-5 / atol 1e-4.
 
 from __future__ import annotations
 
-import flashinfer
-import flashinfer.decode
 import pytest
 import torch
-from flashinfer.utils import get_device_sm_count, get_trtllm_gen_multi_ctas_kv_counter_bytes
 from mla_oracles import (
     E4M3,
     assert_decode_close,
@@ -21,6 +18,10 @@ from mla_oracles import (
     quantized,
     sparse_candidates,
 )
+
+import flashinfer
+import flashinfer.decode
+from flashinfer.utils import get_device_sm_count, get_trtllm_gen_multi_ctas_kv_counter_bytes
 
 TOPK = 256
 SCALING = 192**-0.5 * 1.2  # DeepSeek-style softmax scale with a YaRN mscale

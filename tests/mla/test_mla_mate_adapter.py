@@ -13,13 +13,14 @@ import math
 
 import pytest
 import torch
-from flashinfer.decode import get_batch_decode_metadata_mla, trtllm_batch_decode_with_kv_cache_mla
-from flashinfer.rope import rope_quantize_fp8
-from flashinfer.utils import LibraryError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mla_ops import rope_kwargs, sparse_sample
 from mla_oracles import E4M3, E5M2, assert_decode_close, decode_oracle, quantized, sparse_candidates
+
+from flashinfer.decode import get_batch_decode_metadata_mla, trtllm_batch_decode_with_kv_cache_mla
+from flashinfer.rope import rope_quantize_fp8
+from flashinfer.utils import LibraryError
 
 
 def _calls(mate, name):
@@ -172,6 +173,7 @@ def test_stale_short_schedule_would_be_wrong(mate_standin, seed):
 
 def test_mate_without_the_functions_uses_the_reference(mate_standin, monkeypatch, seed):
     import mate.sparse_mla_interface as interface
+
     from flashinfer._core import mate as mate_loader
 
     for name in ("sparse_mla_fp8_decode", "get_batch_decode_metadata_mla", "mla_rope_quantize_fp8"):

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import inspect
 
-import flashinfer.rope
 import pytest
 import torch
-from flashinfer.rope import mla_rope_quantize_fp8, rope_quantize_fp8
 from hypothesis import given
 from hypothesis import strategies as st
 from mla_ops import rope_kwargs
 from mla_oracles import E4M3, E5M2, assert_fp8_close, cos_sin_cache, rope_oracle
+
+import flashinfer.rope
+from flashinfer.rope import mla_rope_quantize_fp8, rope_quantize_fp8
 
 OUTPUTS = ("q_rope_out", "k_rope_out", "q_nope_out", "k_nope_out")
 ORACLE_ARGS = ("q_rope", "k_rope", "q_nope", "k_nope", "cos_sin_cache", "pos_ids")
