@@ -1,0 +1,43 @@
+"""The GEMM package as shipped: docstring examples run on CPU, the README's backend table is the
+code's, and importing or calling on CPU loads neither MATE nor Triton."""
+
+from __future__ import annotations
+
+import doctest
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flashinfer.gemm import _backends, _bmm, _grouped, _groupwise
+
+README = Path(__file__).parents[2] / "packages" / "flashinfer-gemm" / "README.md"
+
+
+@pytest.mark.parametrize("module", [_bmm, _groupwise, _grouped], ids=lambda m: m.__name__)
+def test_docstring_examples_run_on_cpu(module):
+    results = doctest.testmod(module, raise_on_error=False)
+    assert results.attempted > 0 and results.failed == 0
+
+
+def test_readme_backend_table_is_the_codes():
+    text = README.read_text()
+    for table in _backends.TABLES.values():
+        for name, meaning in table.meaning.items():
+            row = f"| `{name}` | {meaning['cpu']} | {meaning['cuda']} | {meaning['musa']} |"
+            assert row in text, f"{table.function}: README lacks {row}"
+
+
+def test_import_and_cpu_call_load_neither_mate_nor_triton():
+    code = (
+        "import sys, torch, flashinfer.gemm as G\n"
+        "A = torch.randn(1, 2, 16).to(torch.float8_e4m3fn)\n"
+        "B = torch.randn(1, 16, 4).to(torch.float8_e4m3fn)\n"
+        "G.bmm_fp8(A, B, torch.ones(1), torch.ones(1), torch.bfloat16)\n"
+        "loaded = [m for m in sys.modules if m.split('.')[0] in ('mate', 'triton', 'torch_musa')\n"
+        "          or m in ('flashinfer.gemm._cuda', 'flashinfer.gemm._mate')]\n"
+        "print(loaded)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr
