@@ -149,7 +149,7 @@ def main() -> int:
     metadata = flashinfer.decode.get_batch_decode_metadata_mla(
         q_fp8.view(batch, 1, heads, 576), seq_lens, topk
     )
-    worst, decode_seconds = 0.0, 0.0
+    worst, decode_seconds = 0.0, []
     for step in range(steps):
         positions = history + step  # the new token's position
         seq_lens = (positions + 1).to(torch.int32).to(device)
@@ -185,7 +185,7 @@ def main() -> int:
             )  # fmt: skip
             if device.type != "cpu":
                 getattr(torch, device.type).synchronize()
-            decode_seconds += time.perf_counter() - start
+            decode_seconds.append(time.perf_counter() - start)
 
             q_ref = torch.cat(
                 (q_nope.cpu().double(), rope_f64(q_pe.cpu(), cache_table.cpu(), positions)), dim=-1
@@ -196,9 +196,10 @@ def main() -> int:
                 expected = attention_f64(q_ref[b], reference_rows[layer][rows], softmax_scale)
                 error = (out[b, 0].cpu().double() - expected).norm() / expected.norm()
                 worst = max(worst, float(error))
-    per_step = decode_seconds / (layers * steps)
+    # The median leaves out the first call's one-time costs (kernel compilation, MATE JIT).
+    per_step = sorted(decode_seconds)[len(decode_seconds) // 2]
     print(f"max relative error vs float64: {worst:.2e} (tolerance {TOLERANCE:.0e})")
-    print(f"decode time per layer-step: {per_step * 1e3:.2f} ms")
+    print(f"decode time per layer-step (median of {len(decode_seconds)}): {per_step * 1e3:.2f} ms")
     if worst > TOLERANCE:
         print("FAILED: error above the FP8 tolerance")
         return 1
