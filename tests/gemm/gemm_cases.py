@@ -22,8 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 
-import flashinfer.gemm as G
 import torch
+
+import flashinfer.gemm as G
 from flashinfer.utils import BackendSupportedError
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import importlib
 
-import flashinfer.gemm as G
 import pytest
 import torch
-from flashinfer.utils import LibraryError
 from gemm_cases import (
     BF16,
     E4M3,
@@ -25,6 +23,9 @@ from gemm_cases import (
     poisoned,
     pow2,
 )
+
+import flashinfer.gemm as G
+from flashinfer.utils import LibraryError
 
 
 def same_memory(x, y):
@@ -280,6 +281,7 @@ def test_unrelated_mate_raises_a_different_library_error(unrelated_mate):
 def mate_v022(mate_standin, monkeypatch):
     """The stand-in reshaped as MATE 0.2.2: separate GEMM functions, no unified bmm, no `backend` on grouped."""
     import mate_v022 as legacy
+
     from flashinfer._core import mate as mate_loader
 
     gemm = importlib.import_module("mate.gemm")

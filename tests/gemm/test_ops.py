@@ -5,11 +5,12 @@ from __future__ import annotations
 import inspect
 import re
 
-import flashinfer.gemm as G
 import pytest
 import torch
-from flashinfer.utils import BackendSupportedError
 from gemm_cases import BF16, E4M3, OPS, OPS_BY_NAME, assert_matches, check_sample, fp8, poisoned, pow2
+
+import flashinfer.gemm as G
+from flashinfer.utils import BackendSupportedError
 
 torch.manual_seed(0)
 SAMPLE_IDS = [(op.name, i, s.name) for op in OPS for i, s in enumerate(op.samples())]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import operator
 
 import torch
+
 from flashinfer._core.backends import gated
 from flashinfer._core.checks import fail
 

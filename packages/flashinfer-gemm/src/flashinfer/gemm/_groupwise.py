@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from flashinfer._core.backends import gated
 from flashinfer._core.checks import fail
 from flashinfer._core.errors import BackendSupportedError

@@ -33,6 +33,7 @@ explicit ``out_dtype`` (MATE silently writes bf16 for an FP8 ``out_dtype`` witho
 from __future__ import annotations
 
 import torch
+
 from flashinfer._core.mate import find_function, require_function
 
 from . import _reference

@@ -8,6 +8,7 @@ FlashInfer has one. Checks read shapes, dtypes and devices only, never tensor va
 from __future__ import annotations
 
 import torch
+
 from flashinfer._core.checks import fail
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
