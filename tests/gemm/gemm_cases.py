@@ -538,6 +538,7 @@ def groupwise_errors():
         ErrorInput("out shape", base, {"out": torch.empty(m, n + 1, dtype=BF16)}, ValueError, "`out`.*shape"),
         ErrorInput("b device", _replace(base, 1, b.to("meta")), {}, ValueError, "`b`.*device"),
         ErrorInput("unknown backend", base, {"backend": "cublas"}, ValueError, "`backend`.*trtllm"),
+        ErrorInput("out not a tensor", base, {"out": [0.0]}, TypeError, "`out`"),
     ]
 
 
@@ -581,6 +582,7 @@ def contiguous_errors():
             "`scale_granularity_mnk`",
         ),
         ErrorInput("scale device", _replace(base, 3, sb.to("meta")), {}, ValueError, "`b_scale`.*device"),
+        ErrorInput("out not a tensor", base, {"out": [0.0]}, TypeError, "`out`"),
     ]
 
 

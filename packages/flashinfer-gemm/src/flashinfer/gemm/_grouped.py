@@ -26,6 +26,8 @@ def _check_common(a, b, a_scale, b_scale, index, index_arg, granularity, out, ou
     """Checks shared by both layouts; returns the output dtype."""
     for arg, x in (("a", a), ("b", b), (index_arg, index)):
         check_tensor(x, arg)
+    if out is not None:
+        check_tensor(out, "out")
     device = a.device
     check_same_device(b, "b", device, "a")
     check_same_device(index, index_arg, device, "a")
@@ -52,7 +54,6 @@ def _check_common(a, b, a_scale, b_scale, index, index_arg, granularity, out, ou
             dtype,
         )
     if out is not None:
-        check_tensor(out, "out")
         check_same_device(out, "out", device, "a")
         _check_k_major(out, "out", "d must be N-major")
     return dtype

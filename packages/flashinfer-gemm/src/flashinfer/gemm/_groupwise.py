@@ -48,13 +48,15 @@ def _check_operands(a, b) -> None:
 def _output_dtype(out, out_dtype, output_scale) -> torch.dtype:
     """The output dtype: ``out``'s wins over ``out_dtype``; ``output_scale`` means FP8 E4M3."""
     if out is not None:
-        return out.dtype
+        return getattr(out, "dtype", None)  # a non-tensor `out` is reported by the checks
     if out_dtype is not None:
         return out_dtype
     return torch.bfloat16 if output_scale is None else E4M3
 
 
 def _check_output(out, out_dtype, output_scale, dtype, m, n, device) -> None:
+    if out is not None:
+        check_tensor(out, "out")
     arg = "out" if out is not None else "out_dtype"
     if output_scale is None:
         if dtype not in _OUT_16BIT:
@@ -69,7 +71,6 @@ def _check_output(out, out_dtype, output_scale, dtype, m, n, device) -> None:
         if output_scale.shape != shape or not output_scale.is_contiguous():
             fail(ValueError, "output_scale", f"a contiguous tensor of shape {shape}", output_scale)
     if out is not None:
-        check_tensor(out, "out")
         if out.shape != (m, n):
             fail(ValueError, "out", f"shape {(m, n)} (output shape mismatch)", f"shape {tuple(out.shape)}")
         check_same_device(out, "out", device, "a")
