@@ -300,3 +300,13 @@ def test_module_surfaces():
     )
     assert flashinfer.mla.nope_mla_dimensions.qk_rope_head_dim == 0
     assert [d.num_heads for d in flashinfer.mla.supported_mla_layer_dimensions] == [128, 64, 32]
+
+
+def test_dense_cache_with_padded_page_stride(seed):
+    # Pages spaced further apart than page_size rows: fine for dense decode (no flat view needed).
+    sample = dense_sample("d", page_size=32, cache_4d=False).build()
+    kv = sample.kwargs["kv_cache"]
+    padded = torch.full((kv.shape[0], 40, 576), float("nan"), dtype=kv.dtype)
+    padded[:, :32] = kv
+    out = _run(sample, kv_cache=padded[:, :32])
+    assert_decode_close(out, None, sample.oracle()[0], None)

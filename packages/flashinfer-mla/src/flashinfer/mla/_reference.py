@@ -97,7 +97,7 @@ def sparse_decode(query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, o
     def keys(r0, r1, k0, k1):
         slot = flat_indices[r0:r1, k0:k1].long()
         valid = (positions[k0:k1] < limit[r0:r1, None]) & (slot >= 0) & (slot < kv.shape[0])
-        return slot, valid
+        return (slot,), valid
 
     _attend(query, kv, keys, topk, bmm1_scale, bmm2_scale, sinks, out, lse)
 
@@ -105,14 +105,13 @@ def sparse_decode(query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, o
 def dense_decode(query, kv_pages, block_tables, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, workspace):
     """Paged (dense) MLA decode, causal bottom-right for ``q_len > 1`` (docs/internals.md)."""
     batch, q_len, heads, _ = query.shape
-    num_pages, page_size, dim = kv_pages.shape
+    num_pages, page_size, _ = kv_pages.shape
     limit = _token_limits(seq_lens, q_len)
     width = block_tables.shape[1] * page_size
     if seq_lens.device.type == "cpu" and seq_lens.numel():
         # On the host the lengths are host memory: stop at the longest sequence instead of the
         # table width (which callers size for the model's whole context).
         width = min(width, max(int(seq_lens.max()), 0))
-    kv = kv_pages.view(num_pages * page_size, dim) if num_pages else kv_pages.reshape(0, dim)
     positions = torch.arange(width, device=query.device)
     request = torch.arange(batch * q_len, device=query.device) // q_len
 
@@ -123,9 +122,10 @@ def dense_decode(query, kv_pages, block_tables, seq_lens, bmm1_scale, bmm2_scale
         page_slot = torch.where(attended, pos // page_size, 0)
         page = block_tables[request[r0:r1, None], page_slot].long()
         valid = attended & (page >= 0) & (page < num_pages)
-        return page * page_size + pos % page_size, valid
+        # (page, offset) pairs index the paged cache directly, whatever its page stride.
+        return (page, (pos % page_size).expand_as(page)), valid
 
-    _attend(query, kv, keys, width, bmm1_scale, bmm2_scale, sinks, out, lse)
+    _attend(query, kv_pages, keys, width, bmm1_scale, bmm2_scale, sinks, out, lse)
 
 
 def _token_limits(seq_lens: torch.Tensor, q_len: int) -> torch.Tensor:
@@ -137,8 +137,9 @@ def _token_limits(seq_lens: torch.Tensor, q_len: int) -> torch.Tensor:
 def _attend(query, kv, keys, num_keys, bmm1_scale, bmm2_scale, sinks, out, lse) -> None:
     """Softmax attention of every query row over the keys that ``keys`` selects.
 
-    ``keys(r0, r1, k0, k1)`` returns ``(slot, valid)`` of shape ``(r1 - r0, k1 - k0)`` for query
-    rows ``r0:r1`` and key positions ``k0:k1``; invalid slots are replaced before the gather.
+    ``keys(r0, r1, k0, k1)`` returns ``(index, valid)`` for query rows ``r0:r1`` and key positions
+    ``k0:k1``: ``index`` is a tuple of ``(r1 - r0, k1 - k0)`` tensors indexing the leading dims of
+    ``kv`` (a flat pool or pages), ``valid`` a mask; invalid entries are replaced before the gather.
     """
     batch, q_len, heads, dim = query.shape
     rows = batch * q_len
@@ -146,7 +147,7 @@ def _attend(query, kv, keys, num_keys, bmm1_scale, bmm2_scale, sinks, out, lse) 
     q_rows = query.reshape(rows, heads, dim)
     key_chunk = max(1, min(num_keys, _KEYS_PER_CHUNK))
     row_chunk = max(1, _CHUNK_BYTES // (4 * key_chunk * (dim + 2 * heads)))
-    safe_kv = kv if kv.shape[0] else torch.zeros(1, dim, dtype=kv.dtype, device=kv.device)
+    safe_kv = kv if kv.shape[0] else kv.new_zeros((1, *kv.shape[1:]))
     for r0 in range(0, rows, row_chunk):
         r1 = min(rows, r0 + row_chunk)
         q = q_rows[r0:r1].float()
@@ -155,9 +156,10 @@ def _attend(query, kv, keys, num_keys, bmm1_scale, bmm2_scale, sinks, out, lse) 
         acc = torch.zeros((r1 - r0, heads, v_dim), device=q.device)
         for k0 in range(0, num_keys, key_chunk):
             k1 = min(num_keys, k0 + key_chunk)
-            slot, valid = keys(r0, r1, k0, k1)
+            index, valid = keys(r0, r1, k0, k1)
             # Zero the stand-in rows too: 0 * NaN from uninitialised cache memory would leak.
-            k = safe_kv[torch.where(valid, slot, 0)].float().masked_fill(~valid[..., None], 0.0)
+            k = safe_kv[tuple(torch.where(valid, i, 0) for i in index)]
+            k = k.float().masked_fill(~valid[..., None], 0.0)
             scores = torch.einsum("rhd,rkd->rhk", q, k) * bmm1_scale
             scores = scores.masked_fill(~valid[:, None, :], -math.inf)
             new_best = torch.maximum(best, scores.amax(-1))
