@@ -120,7 +120,10 @@ def decode_plan(batch, q_len, heads, topk, device):
     It is built with every row's length set to the (padded) top-k, i.e. full-top-k scheduling,
     so it does not depend on ``seq_lens``: rows that turn out shorter are masked by the kernel,
     never skipped. (Metadata built from real lengths would silently drop keys once a length
-    grows past its 64-slot block.) Returns None when this MATE has no metadata function.
+    grows past its 64-slot block.) This is the schedule of the private
+    ``mate.flashmla._dispatch_mla_metadata(..., topk_length=None)``, obtained through the public
+    ``get_batch_decode_metadata_mla`` so the result is the object MATE's decode accepts.
+    Returns None when this MATE has no metadata function (MATE then plans inside each call).
     """
     fn = mate_loader.find_function(MODULE, "get_batch_decode_metadata_mla")
     if fn is None:
