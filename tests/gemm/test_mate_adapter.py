@@ -360,3 +360,14 @@ def test_mate_without_any_gemm_function_says_what_to_install(mate_standin, monke
     mate_loader.reset_cache()
     with pytest.raises(LibraryError, match=r"mate\.gemm\.bmm_fp8.*install MATE 0\.2\.2 or newer"):
         G.bmm_fp8(fp8(1, 2, 8), fp8(1, 8, 4), pow2(1), pow2(1), BF16)
+
+
+def test_force_reference_bypasses_mate(mate_standin, monkeypatch, seed):
+    from flashinfer._core.dispatch import FORCE_REFERENCE_ENV
+
+    monkeypatch.setenv(FORCE_REFERENCE_ENV, "1")
+    A, B = fp8(1, 3, 32), fp8(1, 4, 32).transpose(-2, -1)
+    s = pow2(1)
+    out = G.bmm_fp8(A, B, s, s, BF16)
+    assert mate_standin.CALLS == []
+    assert_matches(out, *oracle_bmm(A, B, s, s))

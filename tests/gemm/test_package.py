@@ -41,3 +41,11 @@ def test_import_and_cpu_call_load_neither_mate_nor_triton():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+def test_show_config_describes_every_op_on_every_implementation():
+    from flashinfer.gemm import __all__ as public
+    from flashinfer.gemm._dispatch import DESCRIPTION
+
+    assert set(DESCRIPTION) == set(public) - {"is_cuda_tile_available"}
+    assert all(set(kinds) == {"reference", "cuda", "mate"} for kinds in DESCRIPTION.values())
