@@ -203,6 +203,8 @@ def rope_errors() -> list:
         ErrorInput("cache_row_length", base(cos_sin_cache=cos_sin_cache(64, 128)), ValueError, "cos_sin_cache"),
         ErrorInput("float_pos_ids", base(pos_ids=torch.zeros(3)), ValueError, "pos_ids"),
         ErrorInput("output_shape", base(k_nope_out=torch.empty(3, 256, dtype=E4M3)), RuntimeError, "k_nope_out"),
+        ErrorInput("nan_scale", base(quant_scale_q=math.nan), ValueError, "quant_scale_q"),
+        ErrorInput("tensor_scale", base(quant_scale_kv=torch.tensor(2.0)), TypeError, "quant_scale_kv"),
     ]  # fmt: skip
 
 
@@ -346,6 +348,7 @@ def decode_errors() -> list:
         ErrorInput("seq_lens_none", base(seq_lens=None), ValueError, "seq_lens is required"),
         ErrorInput("skip_softmax_sparse", base(skip_softmax_threshold_scale_factor=0.5), ValueError, "skip_softmax is not supported for sparse MLA"),
         ErrorInput("bmm1_tensor_bf16", base(bmm1_scale=torch.tensor([1.0], dtype=torch.bfloat16)), TypeError, "bmm1_scale tensor must have dtype torch.float32"),
+        ErrorInput("bmm1_inf", base(bmm1_scale=math.inf), ValueError, "bmm1_scale"),
         ErrorInput("bmm2_tensor_fp64", base(bmm2_scale=torch.tensor(1.0, dtype=torch.float64)), TypeError, "bmm2_scale tensor must have dtype torch.float32"),
         ErrorInput("topk_not_multiple_of_4", base(sparse_mla_top_k=62, block_tables=torch.zeros(2, 1, 62, dtype=torch.int32)), RuntimeError, "SparseMlaTopK must be a multiple of 4"),
         ErrorInput("mixed_dtypes", base(query=q.to(torch.float32).to(torch.bfloat16)), ValueError, "mixed query/cache dtypes"),

@@ -6,6 +6,8 @@ implementation is chosen by the tensors' device (see :mod:`flashinfer.mla._dispa
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ._core.checks import check_device, check_last_dim_contiguous, check_tensor, fail
@@ -123,6 +125,12 @@ def rope_quantize_fp8(
     if quantize_dtype is None:
         quantize_dtype = next((o.dtype for o in given.values() if o is not None), torch.float8_e4m3fn)
     _check_rope(inputs, given, cos_sin_cache, pos_ids, quantize_dtype, k_is_2d)
+    for name, scale in (("quant_scale_q", quant_scale_q), ("quant_scale_kv", quant_scale_kv)):
+        # Host numbers only: reading a tensor would synchronize (and break graph capture).
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            fail(TypeError, name, "a Python float", scale)
+        if not math.isfinite(scale):
+            fail(ValueError, name, "a finite float", scale)
 
     outputs = {
         name: out if out is not None else torch.empty(x.shape, dtype=quantize_dtype, device=x.device)

@@ -7,6 +7,8 @@ legal inside graph capture. Exception types follow FlashInfer v0.6.17: its Pytho
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .._core.checks import check_device, check_last_dim_contiguous, check_no_overlap, check_tensor, fail
@@ -87,6 +89,8 @@ def check_scale(scale, name: str, device: torch.device):
         return scale.reshape(())
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         fail(TypeError, name, "a float or a one-element float32 tensor", scale)
+    if not math.isfinite(scale):
+        fail(ValueError, name, "a finite scale", scale)
     return float(scale)
 
 

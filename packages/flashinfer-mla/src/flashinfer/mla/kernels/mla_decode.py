@@ -11,7 +11,8 @@ Layout
   ``block_tables[b, p // PAGE_SIZE] * PAGE_SIZE + p % PAGE_SIZE`` through the page and
   in-page strides of ``kv_pages (P, PAGE_SIZE, D)``.
 - ``seq_lens (B,)`` int32. Token ``t`` attends list positions ``p < n`` with
-  ``n = seq_lens[b] - (q_len - 1 - t)``, capped at ``topk`` in sparse mode. Entries outside
+  ``n = seq_lens[b] - (q_len - 1 - t)``, capped at the list width (``topk``, or the table width
+  in positions). Entries outside
   ``[0, S)`` (pages outside ``[0, P)``) are skipped and never loaded; positions ``>= n`` are
   never read, so work is bounded by ``seq_lens``, not by the list or table width.
 - ``out (B, q_len, H, D_V)`` bf16 with its own strides; ``lse (B, q_len, H)`` float32 view,
@@ -24,7 +25,7 @@ Schedule: all heads share the gathered rows (MQA), so a program takes ``BLOCK_H`
 query token and one chunk of its key list: QK^T is a ``[BLOCK_H, D] x [D, BLOCK_N]``
 tensor-core dot (FP8 x FP8 with fp32 accumulation for e4m3, bf16 otherwise) and PV a
 ``[BLOCK_H, BLOCK_N] x [BLOCK_N, D_V]`` dot, both on rows loaded once. The list of each token
-is cut into ``NUM_SPLITS`` chunks sized from its own ``n`` on the device, so the split count is
+is cut into ``num_splits`` chunks sized from its own ``n`` on the device, so the split count is
 fixed per call shape (graph-capturable, independent of ``seq_lens``) while every split gets an
 even share. With one split the program writes ``out``/``lse`` itself; otherwise it writes a
 normalized fp32 partial output and its LSE to the workspace and :func:`mla_combine_kernel`
@@ -78,7 +79,9 @@ def decode_config(heads: int, fp8: bool) -> DecodeConfig:
     # over two warpgroups (128 registers a thread). Fewer heads are memory-bound: small tiles,
     # several programs a multiprocessor, deeper pipelines for more bytes in flight.
     if heads > 32:
-        return DecodeConfig(block_h=64, block_n=64, num_warps=8, num_stages=2, programs_per_sm=1)
+        # bf16 rows are twice as wide: a 32-key step keeps three stages in shared memory
+        block_n, stages = (64, 2) if fp8 else (32, 3)
+        return DecodeConfig(block_h=64, block_n=block_n, num_warps=8, num_stages=stages, programs_per_sm=1)
     if heads > 16:
         return DecodeConfig(block_h=32, block_n=64, num_warps=4, num_stages=3, programs_per_sm=2)
     return DecodeConfig(block_h=16, block_n=64, num_warps=4, num_stages=3, programs_per_sm=2)
