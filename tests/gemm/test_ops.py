@@ -201,3 +201,17 @@ def test_masked_rows_with_garbage_a_do_not_leak(implementation, seed):
     assert_matches(
         out[1, :9], expected, (a[1, :9].double().abs() * sa[1, :9]) @ (b[1].double().abs() * sb[1]).t()
     )
+
+
+def test_out_overlapping_an_input_is_rejected_before_any_write(seed):
+    """Storage shared with an input is refused (a cheap storage-pointer test on the hot path)."""
+    A = fp8(1, 4, 32)
+    storage = torch.full((64 + 8 * 32,), 0x7F, dtype=torch.uint8)
+    B = storage[64:].view(E4M3).view(1, 8, 32).transpose(-2, -1)
+    out = storage[32:96].view(BF16).view(1, 4, 8)  # its last 32 bytes are B's first
+    before = storage.clone()
+    with pytest.raises(ValueError, match="overlap `B` for `out`"):
+        G.bmm_fp8(A, B, pow2(1), pow2(1), BF16, out)
+    assert torch.equal(storage, before)
+    disjoint_view = torch.full((2, 4, 8), float("nan"), dtype=BF16)
+    G.bmm_fp8(A, B, pow2(1), pow2(1), BF16, disjoint_view[0:1])  # same kind of view, no sharing

@@ -14,10 +14,12 @@ from ._validate import (
     FP8,
     check_fp8,
     check_out,
+    check_out_overlap,
     check_rank,
     check_same_device,
     check_scale,
     check_tensor,
+    out_overlaps,
 )
 
 _16BIT = (torch.bfloat16, torch.float16)
@@ -69,6 +71,7 @@ def _bmm_bf16_args_ok(A, B, out, out_dtype, backend) -> bool:
                 out.dtype == out_dtype
                 and out.device == device
                 and out.shape == (a_shape[0], a_shape[1], b_shape[2])
+                and not out_overlaps(out, A, B)
             )
         return ok
     except AttributeError:
@@ -100,6 +103,7 @@ def _bmm_fp8_args_ok(A, B, A_scale, B_scale, dtype, out, backend) -> bool:
                 out.dtype == dtype
                 and out.device == device
                 and out.shape == (a_shape[0], a_shape[1], b_shape[2])
+                and not out_overlaps(out, A, B, A_scale, B_scale)
             )
         return ok
     except AttributeError:
@@ -182,6 +186,7 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
             )
         if out is not None:
             check_out(out, (A.shape[0], A.shape[1], B.shape[2]), out_dtype, A.device, "out_dtype")
+            check_out_overlap(out, {"A": A, "B": B})
     batch, m, k = A.shape
     if out is None:
         out = torch.empty((batch, m, B.shape[2]), dtype=out_dtype, device=A.device)
@@ -304,6 +309,7 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
         check_scale(B_scale, "B_scale", A.device, "A")
         if out is not None:
             check_out(out, (A.shape[0], A.shape[1], B.shape[2]), dtype, A.device, "dtype")
+            check_out_overlap(out, {"A": A, "B": B, "A_scale": A_scale, "B_scale": B_scale})
     batch, m, k = A.shape
     n = B.shape[2]
     A_scale = _scale_view(A_scale, "A_scale", batch, m, rows_last=False)

@@ -11,7 +11,7 @@ from flashinfer._core.checks import fail
 
 from ._backends import BATCH_DEEPGEMM_FP8_NT_GROUPWISE, GROUP_DEEPGEMM_FP8_NT_GROUPWISE
 from ._dispatch import DISPATCH
-from ._validate import E4M3, ceil_div, check_same_device, check_scale, check_tensor
+from ._validate import E4M3, ceil_div, check_out_overlap, check_same_device, check_scale, check_tensor
 
 _BLOCK = 128
 _INT32 = torch.int32
@@ -56,6 +56,7 @@ def _check_common(a, b, a_scale, b_scale, index, index_arg, granularity, out, ou
     if out is not None:
         check_same_device(out, "out", device, "a")
         _check_k_major(out, "out", "d must be N-major")
+        check_out_overlap(out, {"a": a, "b": b, "a_scale": a_scale, "b_scale": b_scale, index_arg: index})
     return dtype
 
 

@@ -10,7 +10,17 @@ from flashinfer._core.errors import BackendSupportedError
 
 from ._backends import GEMM_FP8_NT_GROUPWISE
 from ._dispatch import DISPATCH
-from ._validate import E4M3, FLOAT32, ceil_div, check_fp8, check_same_device, check_scale, check_tensor
+from ._validate import (
+    E4M3,
+    FLOAT32,
+    ceil_div,
+    check_fp8,
+    check_out_overlap,
+    check_same_device,
+    check_scale,
+    check_tensor,
+    out_overlaps,
+)
 
 _OUT_16BIT = (torch.bfloat16, torch.float16)
 # (gm, gn, gk) that upstream's kernels run: per-row or 128-row A blocks, 128x128 B blocks.
@@ -54,7 +64,8 @@ def _output_dtype(out, out_dtype, output_scale) -> torch.dtype:
     return torch.bfloat16 if output_scale is None else E4M3
 
 
-def _check_output(out, out_dtype, output_scale, dtype, m, n, device) -> None:
+def _check_output(out, out_dtype, output_scale, dtype, a, b, a_scale, b_scale) -> None:
+    m, n, device = a.shape[0], b.shape[0], a.device
     if out is not None:
         check_tensor(out, "out")
     arg = "out" if out is not None else "out_dtype"
@@ -74,6 +85,8 @@ def _check_output(out, out_dtype, output_scale, dtype, m, n, device) -> None:
         if out.shape != (m, n):
             fail(ValueError, "out", f"shape {(m, n)} (output shape mismatch)", f"shape {tuple(out.shape)}")
         check_same_device(out, "out", device, "a")
+        inputs = {"a": a, "b": b, "a_scale": a_scale, "b_scale": b_scale, "output_scale": output_scale}
+        check_out_overlap(out, inputs)
 
 
 def _check_backend_rules(backend, scale_major_mode, granularity, k, output_scale) -> None:
@@ -204,7 +217,11 @@ def _args_ok(
             and (backend != "cutile" or (scale_major_mode != "MN" and granularity == (1, 128, 128)))
         )
         if ok and out is not None:
-            ok = out.device == device and out.shape == (a_shape[0], b_shape[0])
+            ok = (
+                out.device == device
+                and out.shape == (a_shape[0], b_shape[0])
+                and not out_overlaps(out, a, b, a_scale, b_scale)
+            )
         return ok
     except AttributeError:
         return False
@@ -323,7 +340,7 @@ def gemm_fp8_nt_groupwise(
         _check_backend_rules(backend, scale_major_mode, granularity, a.shape[1], output_scale)
         check_scale(a_scale, "a_scale", a.device, "a")
         check_scale(b_scale, "b_scale", a.device, "a")
-        _check_output(out, out_dtype, output_scale, dtype, a.shape[0], b.shape[0], a.device)
+        _check_output(out, out_dtype, output_scale, dtype, a, b, a_scale, b_scale)
     m, k = a.shape
     n = b.shape[0]
     a_view, b_view = _scale_views(a_scale, b_scale, backend, scale_major_mode, granularity, m, n, k)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from flashinfer._core.checks import fail
+from flashinfer._core.checks import check_no_overlap, fail, overlaps
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 E4M3 = torch.float8_e4m3fn
@@ -64,6 +64,17 @@ def check_out(out, shape: tuple, dtype: torch.dtype, device: torch.device, dtype
             f"dtype {dtype} (output dtype mismatch with `{dtype_arg}`)",
             f"dtype {out.dtype}",
         )
+
+
+def out_overlaps(out: torch.Tensor, *inputs) -> bool:
+    """Whether ``out`` shares memory with an input; distinct storages (the usual case) are cheap."""
+    storage = out.untyped_storage().data_ptr()
+    return any(x.untyped_storage().data_ptr() == storage and overlaps(out, x) for x in inputs)
+
+
+def check_out_overlap(out: torch.Tensor, inputs: dict) -> None:
+    """Reject an ``out`` that overlaps an input: the result would depend on the write order."""
+    check_no_overlap(out, "out", inputs)
 
 
 def ceil_div(x: int, y: int) -> int:
