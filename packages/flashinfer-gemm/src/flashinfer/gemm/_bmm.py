@@ -145,7 +145,7 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
         Unknown ``backend``; ``A``/``B`` not 3-D, not both bfloat16 or both float16, or with
         mismatched batch/k; tensors on different devices; ``out_dtype`` not bf16/fp16/fp32;
         ``tgv`` with non-bf16 output; ``out`` of the wrong shape, dtype (it must equal
-        ``out_dtype``) or device.
+        ``out_dtype``) or device, or overlapping an input.
 
     Notes
     -----
@@ -263,7 +263,7 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
         Unknown ``backend``; ``A``/``B`` not 3-D FP8 or with mismatched batch/k; tensors on
         different devices; ``dtype`` not bf16/fp16 ("Unsupported output dtype"); ``cutlass`` with
         an e5m2 input; a scale that is not float32 or of an accepted shape; ``out`` of the wrong
-        shape, dtype or device.
+        shape, dtype or device, or overlapping an input.
 
     Notes
     -----

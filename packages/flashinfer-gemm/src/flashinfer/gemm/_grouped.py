@@ -117,7 +117,7 @@ def group_deepgemm_fp8_nt_groupwise(
     ValueError
         ``a``/``b`` not e4m3 or not K-major; ``m_indices`` not contiguous 1-D int32; shape
         mismatch among ``a``, ``b``, ``m_indices`` and ``out``; output dtype not bf16; ``out``
-        not N-major; another granularity; tensors on different devices.
+        not N-major or overlapping an input; another granularity; tensors on different devices.
     AssertionError
         Scale shapes other than the above (as upstream's asserts).
 
@@ -228,8 +228,8 @@ def batch_deepgemm_fp8_nt_groupwise(
     ValueError
         ``a``/``b`` not e4m3 or not K-major; ``masked_m`` not contiguous 1-D int32; group count
         ("num_groups mismatch") or m/n/k mismatch; ``expected_m``, m, n, k or G not positive;
-        output dtype not bf16; ``out`` not N-major; another granularity; tensors on different
-        devices.
+        output dtype not bf16; ``out`` not N-major or overlapping an input; another
+        granularity; tensors on different devices.
     AssertionError
         Scale shapes other than the above (as upstream's asserts).
 

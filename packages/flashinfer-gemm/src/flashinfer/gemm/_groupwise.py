@@ -302,7 +302,7 @@ def gemm_fp8_nt_groupwise(
         ``output_scale``; ``cutlass`` without ``scale_major_mode``; ``trtllm`` with another
         granularity or k < 256; ``cutile`` with ``"MN"`` or another granularity; a granularity
         other than the two above; scales that are not float32 or of the expected shape;
-        ``out`` / ``output_scale`` of the wrong shape or device.
+        ``out`` / ``output_scale`` of the wrong shape or device, or overlapping an input.
     flashinfer.utils.BackendSupportedError
         ``backend="mubin"`` without ``output_scale``.
 
