@@ -1,0 +1,341 @@
+"""GEMM benchmarks on an NVIDIA GPU: this package's public API next to its anchors, same process.
+
+Sections (DeepSeek-V3 shapes):
+
+- ``groupwise``: ``gemm_fp8_nt_groupwise`` (1x128 / 128x128 scales, K-major) for m in
+  {1, 16, 64, 128, 512, 4096} x (n, k) in the five DeepSeek-V3 linear shapes; anchors
+  ``torch._scaled_mm`` with block scales already in cuBLASLt's layout (so our scale relayout is
+  counted against us), ``torch._scaled_mm`` per-tensor (the FP8 library ceiling) and our Triton
+  groupwise kernel called directly (the fallback for shapes cuBLASLt rejects).
+- ``bmm_fp8``: ``bmm_fp8`` with b = 1 on the same shapes; anchors ``torch._scaled_mm``
+  per-tensor and ``torch.bmm`` in bf16.
+- ``mla``: the MLA absorb products, 128 heads x {64, 128, 256, 512} tokens, 128 -> 512 and
+  512 -> 128, column-major weights: ``bmm_fp8`` and ``bmm_bf16`` against ``torch.bmm`` in bf16.
+- ``bf16``: ``bmm_bf16`` on square shapes (bf16 and fp32 output) against ``torch.bmm``.
+- ``grouped``: ``group_deepgemm_fp8_nt_groupwise`` (4-32 groups, 256-8192 rows per group) and
+  ``batch_deepgemm_fp8_nt_groupwise`` against the dense blockwise ``torch._scaled_mm`` with the
+  same total rows (equal FLOPs).
+- ``reference``: the float32 reference implementation on a few small shapes.
+
+Timing: ``triton.testing.do_bench`` (CUDA events, median), which also flushes the L2 before each
+run, so weights are read from HBM as in serving; inputs are fresh random data. The physical floor
+per row is ``max(bytes / 4.3 TB/s, flops / peak)`` with the H200 peaks measured through PyTorch
+(790 TFLOP/s BF16, 1270 TFLOP/s FP8 dense). Writes ``gemm.json`` and ``gemm.png`` to ``--out``.
+
+Run: ``PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-gemm/src python benchmarks/bench_gemm.py --out DIR``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+
+HBM_BYTES_PER_S = 4.3e12
+PEAK_FLOPS = {"bf16": 790e12, "fp8": 1270e12}
+E4M3 = torch.float8_e4m3fn
+DEEPSEEK_NK = [(7168, 2048), (2112, 7168), (24576, 1536), (4096, 7168), (7168, 16384)]
+DEEPSEEK_M = [1, 16, 64, 128, 512, 4096]
+
+
+def bench(fn, *args, **kwargs) -> float:
+    """Median milliseconds of ``fn(*args, **kwargs)`` (L2 flushed before each run)."""
+    import triton.testing
+
+    return triton.testing.do_bench(lambda: fn(*args, **kwargs), warmup=10, rep=40, return_mode="median")
+
+
+def fp8(*shape):
+    return (torch.randn(*shape, device="cuda") * 2).to(E4M3)
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+class Table:
+    """Rows of one run: timings, throughput, anchors and the floor, printed as they come."""
+
+    def __init__(self):
+        self.rows = []
+
+    def add(self, section, shape, name, ms, flops, bytes_moved, peak, anchor_ms=None):
+        floor_ms = max(bytes_moved / HBM_BYTES_PER_S, flops / PEAK_FLOPS[peak]) * 1e3
+        row = {
+            "section": section,
+            "shape": shape,
+            "impl": name,
+            "ms": ms,
+            "tflops": flops / ms / 1e9,
+            "gbps": bytes_moved / ms / 1e6,
+            "floor_ms": floor_ms,
+            "vs_anchor": (anchor_ms / ms) if anchor_ms else None,
+        }
+        self.rows.append(row)
+        ratio = f"{row['vs_anchor']:6.2f}x" if anchor_ms else "       "
+        print(
+            f"{section:10s} {shape:34s} {name:26s} {ms * 1e3:9.1f} us {row['tflops']:8.1f} TFLOP/s "
+            f"{row['gbps']:8.1f} GB/s  floor {floor_ms * 1e3:8.1f} us  {ratio}",
+            flush=True,
+        )
+        return ms
+
+
+def bmm_then_float(A, B):
+    return torch.bmm(A, B).float()
+
+
+def cublas_block_scales(a_scale, b_scale):
+    """Scales in the layout ``torch._scaled_mm`` reads for 1x128 x 128x128 block scaling."""
+    return a_scale.t().contiguous().t(), b_scale.contiguous().t()
+
+
+def groupwise_section(table, fg, impls):
+    from flashinfer.gemm.kernels import fp8_blockwise
+
+    for n, k in DEEPSEEK_NK:
+        b = fp8(n, k)
+        b_scale = torch.rand(ceil_div(n, 128), ceil_div(k, 128), device="cuda") + 0.5
+        for m in DEEPSEEK_M:
+            a = fp8(m, k)
+            a_scale = torch.rand(m, ceil_div(k, 128), device="cuda") + 0.5
+            out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            flops, moved = 2 * m * n * k, m * k + n * k + 2 * m * n
+            shape = f"m={m} n={n} k={k}"
+            sa, sb = cublas_block_scales(a_scale, b_scale)
+            one = torch.ones((), device="cuda")
+            anchor = bench(torch._scaled_mm, a, b.t(), sa, sb, out_dtype=torch.bfloat16, out=out)
+            table.add("groupwise", shape, "torch._scaled_mm blockwise", anchor, flops, moved, "fp8")
+            per_tensor = bench(
+                torch._scaled_mm, a, b.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True
+            )
+            table.add("groupwise", shape, "torch._scaled_mm tensorwise", per_tensor, flops, moved, "fp8")
+            ours = bench(fg.gemm_fp8_nt_groupwise, a, b, a_scale, b_scale, "K", out=out)
+            table.add("groupwise", shape, f"ours ({impls})", ours, flops, moved, "fp8", anchor)
+            triton_ms = bench(fp8_blockwise.gemm_groupwise, a, b, a_scale, b_scale, 1, 128, 128, out)
+            table.add("groupwise", shape, "ours: Triton kernel", triton_ms, flops, moved, "fp8", anchor)
+
+
+def bmm_fp8_section(table, fg, impls):
+    one = torch.ones((), device="cuda")
+    for n, k in DEEPSEEK_NK:
+        w = fp8(1, n, k)
+        w_bf16 = w.to(torch.bfloat16)
+        for m in DEEPSEEK_M:
+            x = fp8(1, m, k)
+            x_bf16 = x.to(torch.bfloat16)
+            out = torch.empty(1, m, n, device="cuda", dtype=torch.bfloat16)
+            flops, moved = 2 * m * n * k, m * k + n * k + 2 * m * n
+            shape = f"b=1 m={m} n={n} k={k}"
+            anchor = bench(
+                torch._scaled_mm, x[0], w[0].t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True
+            )
+            table.add("bmm_fp8", shape, "torch._scaled_mm tensorwise", anchor, flops, moved, "fp8")
+            bf16 = bench(torch.bmm, x_bf16, w_bf16.transpose(1, 2))
+            table.add("bmm_fp8", shape, "torch.bmm bf16", bf16, flops, 2 * moved, "bf16")
+            ours = bench(fg.bmm_fp8, x, w.transpose(1, 2), one, one, torch.bfloat16, out)
+            table.add("bmm_fp8", shape, f"ours ({impls})", ours, flops, moved, "fp8", anchor)
+
+
+def mla_section(table, fg, impls):
+    one = torch.ones((), device="cuda")
+    heads = 128
+    for k, n in [(128, 512), (512, 128)]:
+        w = fp8(heads, n, k)
+        w_bf16 = w.to(torch.bfloat16)
+        for tokens in [64, 128, 256, 512]:
+            x = fp8(heads, tokens, k)
+            x_bf16 = x.to(torch.bfloat16)
+            out = torch.empty(heads, tokens, n, device="cuda", dtype=torch.bfloat16)
+            flops = 2 * heads * tokens * n * k
+            moved = heads * (tokens * k + n * k + 2 * tokens * n)
+            shape = f"h={heads} t={tokens} {k}->{n}"
+            anchor = bench(torch.bmm, x_bf16, w_bf16.transpose(1, 2), out=out)
+            table.add(
+                "mla", shape, "torch.bmm bf16", anchor, flops, moved + heads * (tokens * k + n * k), "bf16"
+            )
+            ours = bench(fg.bmm_fp8, x, w.transpose(1, 2), one, one, torch.bfloat16, out)
+            table.add("mla", shape, f"ours bmm_fp8 ({impls})", ours, flops, moved, "fp8", anchor)
+            ours16 = bench(fg.bmm_bf16, x_bf16, w_bf16.transpose(1, 2), out=out)
+            table.add(
+                "mla", shape, f"ours bmm_bf16 ({impls})", ours16, flops, moved + heads * (tokens * k + n * k),
+                "bf16", anchor,
+            )  # fmt: skip
+
+
+def bf16_section(table, fg, impls):
+    for batch, size in [(1, 4096), (1, 8192), (8, 2048), (16, 1024)]:
+        A = torch.randn(batch, size, size, device="cuda", dtype=torch.bfloat16)
+        B = torch.randn(batch, size, size, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        flops = 2 * batch * size**3
+        for out_dtype in (torch.bfloat16, torch.float32):
+            out = torch.empty(batch, size, size, device="cuda", dtype=out_dtype)
+            moved = batch * size * size * (4 + out.element_size())
+            shape = f"b={batch} {size}^3 -> {str(out_dtype)[6:]}"
+            if out_dtype == torch.bfloat16:
+                anchor = bench(torch.bmm, A, B, out=out)
+                name = "torch.bmm"
+            else:
+                anchor = bench(bmm_then_float, A, B)
+                name = "torch.bmm + .float()"
+            table.add("bf16", shape, name, anchor, flops, moved, "bf16")
+            ours = bench(fg.bmm_bf16, A, B, out=out, out_dtype=out_dtype)
+            table.add("bf16", shape, f"ours ({impls})", ours, flops, moved, "bf16", anchor)
+
+
+def grouped_section(table, fg, impls):
+    for n, k in [(4096, 7168), (7168, 2048)]:
+        for groups, rows in [(4, 1024), (8, 512), (8, 1024), (16, 256), (32, 256), (4, 8192), (32, 512)]:
+            total = groups * rows
+            if total * max(n, k) > 2**31:
+                continue
+            b = fp8(groups, n, k)
+            b_scale = torch.rand(groups, n // 128, k // 128, device="cuda") + 0.5
+            a = fp8(total, k)
+            a_scale = torch.rand(total, k // 128, device="cuda") + 0.5
+            out = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
+            m_indices = torch.arange(groups, device="cuda", dtype=torch.int32).repeat_interleave(rows)
+            flops = 2 * total * n * k
+            moved = total * k + groups * n * k + 2 * total * n
+            shape = f"G={groups} rows={rows} n={n} k={k}"
+            sa, sb = cublas_block_scales(a_scale, b_scale[0])
+            anchor = bench(torch._scaled_mm, a, b[0].t(), sa, sb, out_dtype=torch.bfloat16, out=out)
+            table.add("grouped", shape, "dense blockwise _scaled_mm", anchor, flops, total * k + n * k, "fp8")
+            ours = bench(fg.group_deepgemm_fp8_nt_groupwise, a, b, a_scale, b_scale, m_indices, out=out)
+            table.add("grouped", shape, f"ours contiguous ({impls})", ours, flops, moved, "fp8", anchor)
+            a3 = a.view(groups, rows, k)
+            out3 = out.view(groups, rows, n)
+            masked_m = torch.full((groups,), rows, device="cuda", dtype=torch.int32)
+            ours_masked = bench(
+                fg.batch_deepgemm_fp8_nt_groupwise,
+                a3,
+                b,
+                a_scale.view(groups, rows, -1),
+                b_scale,
+                masked_m,
+                rows,
+                out=out3,
+            )
+            table.add("grouped", shape, f"ours masked ({impls})", ours_masked, flops, moved, "fp8", anchor)
+
+
+def reference_section(table):
+    from flashinfer.gemm import _reference
+
+    one = torch.ones((), device="cuda")
+    for m, n, k in [(16, 2112, 7168), (128, 7168, 2048)]:
+        x, w = fp8(1, m, k), fp8(1, n, k).transpose(1, 2)
+        out = torch.empty(1, m, n, device="cuda", dtype=torch.bfloat16)
+        flops, moved = 2 * m * n * k, m * k + n * k + 2 * m * n
+        ms = bench(_reference.bmm, x, w, out, one, one)
+        table.add("reference", f"bmm_fp8 m={m} n={n} k={k}", "reference (float32)", ms, flops, moved, "fp8")
+        a, b = x[0], w[0].t()
+        sa = torch.ones(m, k // 128, device="cuda")
+        sb = torch.ones(ceil_div(n, 128), k // 128, device="cuda")
+        ms = bench(_reference.gemm_groupwise, a, b, sa, sb, 1, 128, 128, out[0])
+        table.add("reference", f"groupwise m={m} n={n} k={k}", "reference (float32)", ms, flops, moved, "fp8")
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sections = [
+        s for s in ("groupwise", "bmm_fp8", "mla", "bf16", "grouped") if any(r["section"] == s for r in rows)
+    ]
+    fig, axes = plt.subplots(len(sections), 1, figsize=(16, 4.5 * len(sections)))
+    for ax, section in zip(axes if len(sections) > 1 else [axes], sections):
+        sub = [r for r in rows if r["section"] == section]
+        shapes = list(dict.fromkeys(r["shape"] for r in sub))
+        impls = list(dict.fromkeys(r["impl"] for r in sub))
+        width = 0.8 / len(impls)
+        for i, impl in enumerate(impls):
+            values = {r["shape"]: r["tflops"] for r in sub if r["impl"] == impl}
+            xs = [j + i * width for j, s in enumerate(shapes) if s in values]
+            ax.bar(xs, [values[s] for s in shapes if s in values], width, label=impl)
+        ax.set_xticks([j + 0.4 for j in range(len(shapes))])
+        ax.set_xticklabels(shapes, rotation=60, ha="right", fontsize=6)
+        ax.set_ylabel("TFLOP/s")
+        ax.set_title(f"{section} (H200)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def markdown(rows) -> str:
+    """One table per section: shapes down, implementations across (us and TFLOP/s), the floor."""
+    lines = []
+    for section in dict.fromkeys(r["section"] for r in rows):
+        sub = [r for r in rows if r["section"] == section]
+        impls = list(dict.fromkeys(r["impl"] for r in sub))
+        lines += [f"\n#### {section}\n", "| shape | floor us | " + " | ".join(impls) + " | ours / anchor |"]
+        lines.append("|---" * (len(impls) + 3) + "|")
+        for shape in dict.fromkeys(r["shape"] for r in sub):
+            cells = {r["impl"]: r for r in sub if r["shape"] == shape}
+            first = next(iter(cells.values()))
+            row = [shape, f"{first['floor_ms'] * 1e3:.1f}"]
+            row += [
+                f"{cells[i]['ms'] * 1e3:.1f} ({cells[i]['tflops']:.0f})" if i in cells else "" for i in impls
+            ]
+            ratios = [f"{r['vs_anchor']:.2f}x" for r in cells.values() if r["vs_anchor"]]
+            lines.append("| " + " | ".join(row + [" / ".join(ratios)]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
+    parser.add_argument(
+        "--sections", default="groupwise,bmm_fp8,mla,bf16,grouped,reference", help="comma-separated subset"
+    )
+    args = parser.parse_args()
+    import flashinfer.gemm as fg
+
+    impls = "public API -> _cuda"
+    table = Table()
+    device = torch.cuda.get_device_name()
+    print(
+        f"{device}, torch {torch.__version__}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    )
+    torch.manual_seed(0)
+    runners = {
+        "groupwise": groupwise_section,
+        "bmm_fp8": bmm_fp8_section,
+        "mla": mla_section,
+        "bf16": bf16_section,
+        "grouped": grouped_section,
+    }
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "device": device,
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__,
+        "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "called_through": impls,
+    }
+    for section in args.sections.split(","):
+        try:
+            if section == "reference":
+                reference_section(table)
+            else:
+                runners[section](table, fg, impls)
+        except Exception:  # report the failed section and still measure the others
+            traceback.print_exc()
+        # written after every section, so a run cut short keeps what it measured
+        (out_dir / "gemm.json").write_text(json.dumps({"meta": meta, "rows": table.rows}, indent=1))
+    (out_dir / "gemm.md").write_text(markdown(table.rows))
+    plot(table.rows, out_dir / "gemm.png")
+
+
+if __name__ == "__main__":
+    main()
