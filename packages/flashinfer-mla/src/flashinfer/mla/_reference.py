@@ -21,6 +21,7 @@ LOG2E = 1.4426950408889634
 # Upper bound on the float32 scratch one decode chunk gathers (keys x head dim + scores).
 _CHUNK_BYTES = 64 << 20
 _KEYS_PER_CHUNK = 2048
+# Elements of q and k one RoPE chunk of tokens converts to float32 at once.
 _ROPE_CHUNK_ELEMENTS = 1 << 22
 
 
