@@ -103,7 +103,7 @@ def _bmm_fp8_args_ok(A, B, A_scale, B_scale, dtype, out, backend) -> bool:
                 out.dtype == dtype
                 and out.device == device
                 and out.shape == (a_shape[0], a_shape[1], b_shape[2])
-                and not out_overlaps(out, A, B, A_scale, B_scale)
+                and not out_overlaps(out, A, B)
             )
         return ok
     except AttributeError:
@@ -204,10 +204,11 @@ def _scale_view(scale, arg: str, batch: int, rows: int, rows_last: bool):
     ``rows_last=False`` gives ``(batch, rows, 1)`` (A's convention), True gives
     ``(batch, 1, rows)`` (B's); either stored order is accepted.
     """
-    if scale.dim() == 0:
+    ndim = scale.dim()
+    if ndim == 0:
         return scale
     shape = scale.shape
-    if shape == (1,):
+    if ndim == 1 and shape[0] == 1:
         return scale[0]
     if scale.dim() == 3 and shape[0] == batch:
         if shape[1] == rows and shape[2] == 1:

@@ -218,9 +218,7 @@ def _args_ok(
         )
         if ok and out is not None:
             ok = (
-                out.device == device
-                and out.shape == (a_shape[0], b_shape[0])
-                and not out_overlaps(out, a, b, a_scale, b_scale)
+                out.device == device and out.shape == (a_shape[0], b_shape[0]) and not out_overlaps(out, a, b)
             )
         return ok
     except AttributeError:

@@ -66,10 +66,16 @@ def check_out(out, shape: tuple, dtype: torch.dtype, device: torch.device, dtype
         )
 
 
-def out_overlaps(out: torch.Tensor, *inputs) -> bool:
-    """Whether ``out`` shares memory with an input; distinct storages (the usual case) are cheap."""
+def out_overlaps(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``out`` shares memory with operand ``a`` or ``b`` (the hot-path test).
+
+    Distinct storages, the usual case, cost two pointer reads; the scales are compared only by
+    the detailed checks, which run when any other check fails.
+    """
     storage = out.untyped_storage().data_ptr()
-    return any(x.untyped_storage().data_ptr() == storage and overlaps(out, x) for x in inputs)
+    return (a.untyped_storage().data_ptr() == storage and overlaps(out, a)) or (
+        b.untyped_storage().data_ptr() == storage and overlaps(out, b)
+    )
 
 
 def check_out_overlap(out: torch.Tensor, inputs: dict) -> None:
