@@ -1,6 +1,6 @@
 """Host overhead of the flashinfer.gemm API layer, per API, on CPU with tiny tensors.
 
-For each case this times (median over many single calls) the public function and, with the
+For each case this times (best of interleaved rounds of many calls) the public function and, with the
 same arguments already normalized, the implementation function it dispatches to
 (``flashinfer.gemm._reference`` on CPU). The difference is what the API layer costs per call:
 validation, scale views, dispatch and (without ``out=``) output allocation. Tiny tensors keep
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import statistics
 import time
 
 import torch
@@ -93,21 +92,20 @@ def cases():
     ]
 
 
-def median_ns(fn, iters):
-    times = []
+def per_call_ns(fn, iters):
+    """Mean time of one call over a loop of ``iters`` calls (timer cost amortized)."""
     clock = time.perf_counter_ns
+    start = clock()
     for _ in range(iters):
-        start = clock()
         fn()
-        times.append(clock() - start)
-    return statistics.median(times)
+    return (clock() - start) / iters
 
 
 def measure(wrapper, direct, iters, rounds=15):
-    """Interleaved rounds; per round the median of single calls; the best round.
+    """Interleaved rounds of ``iters`` calls each; the best round of each, in microseconds.
 
     The best round (as ``timeit`` recommends) discards rounds slowed down by other processes on
-    a shared machine; the per-round median discards single slow calls.
+    a shared machine.
     """
     for _ in range(200):
         wrapper()
@@ -116,8 +114,8 @@ def measure(wrapper, direct, iters, rounds=15):
     gc.disable()
     try:
         for _ in range(rounds):
-            wrapped.append(median_ns(wrapper, iters))
-            plain.append(median_ns(direct, iters))
+            wrapped.append(per_call_ns(wrapper, iters))
+            plain.append(per_call_ns(direct, iters))
     finally:
         gc.enable()
     return min(wrapped) / 1e3, min(plain) / 1e3
@@ -173,9 +171,7 @@ def main():
         "us per call. overhead = wrapper - impl (real implementation, noisier); API layer = the "
         "wrapper with a no-op implementation minus a no-op call."
     )
-    print(
-        f"torch {torch.__version__}, CPU, 1 thread, best of 15 interleaved rounds of {args.iters} calls (median)"
-    )
+    print(f"torch {torch.__version__}, CPU, 1 thread, best of 15 interleaved rounds of {args.iters} calls")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
