@@ -16,6 +16,9 @@ is always called with ``backend="auto"`` (FlashInfer's names mean nothing to it)
 explicit ``out_dtype`` (MATE silently writes bf16 for an FP8 ``out_dtype`` without
 ``scale_out``). What MATE cannot take is converted here, explicitly, and costs:
 
+- an ``A`` or ``B`` with no unit stride in its last two dimensions (MATE needs one; callers'
+  row-major A and column-major or row-major B have it), and on MATE 0.2.2 a row-major ``B``
+  or a non-contiguous FP8 ``A``: a contiguous copy of that operand;
 - an ``out`` whose last dimension is strided, or an fp16 output from bf16 inputs (MATE writes
   only ``a.dtype`` or float32): an ``(b, m, n)`` scratch and one copy;
 - a scalar A scale with a channelwise B scale (MATE has no tensor/channel recipe): the A scale
