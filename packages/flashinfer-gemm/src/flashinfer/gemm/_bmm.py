@@ -209,7 +209,7 @@ def _scale_view(scale, arg: str, batch: int, rows: int, rows_last: bool):
         return scale
     shape = scale.shape
     if ndim == 1 and shape[0] == 1:
-        return scale[0]
+        return scale.squeeze()  # the cheapest 0-dim view of a (1,) tensor
     if scale.dim() == 3 and shape[0] == batch:
         if shape[1] == rows and shape[2] == 1:
             return scale.transpose(1, 2) if rows_last else scale
