@@ -7,7 +7,18 @@ import re
 
 import pytest
 import torch
-from gemm_cases import BF16, E4M3, OPS, OPS_BY_NAME, assert_matches, check_sample, fp8, poisoned, pow2
+from gemm_cases import (
+    BF16,
+    E4M3,
+    OPS,
+    OPS_BY_NAME,
+    assert_matches,
+    check_sample,
+    fp8,
+    oracle_groupwise,
+    poisoned,
+    pow2,
+)
 
 import flashinfer.gemm as G
 from flashinfer.utils import BackendSupportedError
@@ -215,3 +226,17 @@ def test_out_overlapping_an_input_is_rejected_before_any_write(seed):
     assert torch.equal(storage, before)
     disjoint_view = torch.full((2, 4, 8), float("nan"), dtype=BF16)
     G.bmm_fp8(A, B, pow2(1), pow2(1), BF16, disjoint_view[0:1])  # same kind of view, no sharing
+
+
+def test_trtllm_b_scale_in_upstream_docstring_order_is_read_as_its_transpose(implementation, seed):
+    m, n, k = 3, 256, 384
+    a, b = fp8(m, k), fp8(n, k)
+    sa, sb = pow2(m, 3), pow2(2, 3)
+    out = G.gemm_fp8_nt_groupwise(a, b, sa.t().contiguous(), sb.t().contiguous(), backend="trtllm")
+    assert_matches(out, *oracle_groupwise(a, b, sa, sb, 1, 128, 128))
+
+
+def test_mma_sm_is_ignored_silently(implementation, seed, capsys):
+    a, b = fp8(4, 256), fp8(128, 256)
+    G.gemm_fp8_nt_groupwise(a, b, pow2(4, 2), pow2(1, 2), "K", mma_sm=2)
+    assert capsys.readouterr() == ("", "")
