@@ -47,7 +47,7 @@ def _use_mate_from(path: Path, monkeypatch):
     mate_loader.reset_cache()
     # CPU tensors take the MUSA route, so the adapter runs against the stand-in here.
     monkeypatch.setitem(dispatch.DEVICE_IMPLEMENTATION, "cpu", "mate")
-    monkeypatch.delenv(dispatch.FORCE_REFERENCE_ENV, raising=False)
+    monkeypatch.setattr(dispatch, "_forced", False)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from flashinfer.utils import LibraryError
 
 
 def test_implementation_kind_by_device(monkeypatch):
-    monkeypatch.delenv(dispatch.FORCE_REFERENCE_ENV, raising=False)
+    monkeypatch.setattr(dispatch, "_forced", False)
     assert dispatch.implementation_kind(torch.device("cpu")) == "reference"
     assert dispatch.implementation_kind("musa") == "mate"
     expected_cuda = "cuda" if dispatch.triton_available() else "reference"
@@ -23,11 +23,28 @@ def test_implementation_kind_by_device(monkeypatch):
 
 
 def test_force_reference_env(monkeypatch):
+    monkeypatch.setattr(dispatch, "_forced", dispatch._forced)  # restored after the test
     monkeypatch.setenv(dispatch.FORCE_REFERENCE_ENV, "1")
+    dispatch.reload_environment()
     assert dispatch.implementation_kind("musa") == "reference"
     assert dispatch.implementation_kind("cuda") == "reference"
+    assert (
+        dispatch.Dispatcher("flashinfer.gemm").module(torch.device("musa")).__name__
+        == "flashinfer.gemm._reference"
+    )
     monkeypatch.setenv(dispatch.FORCE_REFERENCE_ENV, "0")
+    dispatch.reload_environment()
     assert dispatch.implementation_kind("musa") == "mate"
+
+
+def test_force_reference_env_is_read_at_import():
+    import subprocess
+    import sys
+
+    code = "from flashinfer._core import dispatch; print(dispatch.implementation_kind('musa'))"
+    env = {**__import__("os").environ, dispatch.FORCE_REFERENCE_ENV: "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "reference"
 
 
 def test_check_messages_name_argument_expected_and_received():

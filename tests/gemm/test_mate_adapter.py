@@ -363,9 +363,11 @@ def test_mate_without_any_gemm_function_says_what_to_install(mate_standin, monke
 
 
 def test_force_reference_bypasses_mate(mate_standin, monkeypatch, seed):
-    from flashinfer._core.dispatch import FORCE_REFERENCE_ENV
+    from flashinfer._core import dispatch
 
-    monkeypatch.setenv(FORCE_REFERENCE_ENV, "1")
+    monkeypatch.setattr(dispatch, "_forced", dispatch._forced)  # restored after the test
+    monkeypatch.setenv(dispatch.FORCE_REFERENCE_ENV, "1")
+    dispatch.reload_environment()
     A, B = fp8(1, 3, 32), fp8(1, 4, 32).transpose(-2, -1)
     s = pow2(1)
     out = G.bmm_fp8(A, B, s, s, BF16)

@@ -10,7 +10,8 @@ same normalized arguments:
 The device type picks the module (a dictionary lookup, cached); backend *names* only select
 rules inside the API layer, never a different module. Setting the environment variable
 ``FLASHINFER_FORCE_REFERENCE=1`` forces the reference implementation on every device, for
-debugging and parity checks.
+debugging and parity checks. It is read once, when this module is imported (set it before
+starting Python); :func:`reload_environment` reads it again.
 """
 
 from __future__ import annotations
@@ -27,9 +28,23 @@ FORCE_REFERENCE_ENV = "FLASHINFER_FORCE_REFERENCE"
 DEVICE_IMPLEMENTATION = {"cuda": "cuda", "musa": "mate"}
 
 
+def _env_forces_reference() -> bool:
+    return os.environ.get(FORCE_REFERENCE_ENV, "") not in ("", "0", "false", "False")
+
+
+# Read once: an environment lookup on every call would be most of the dispatch cost.
+_forced = _env_forces_reference()
+
+
+def reload_environment() -> None:
+    """Read ``FLASHINFER_FORCE_REFERENCE`` again (it is otherwise read once, at import)."""
+    global _forced
+    _forced = _env_forces_reference()
+
+
 def force_reference() -> bool:
     """Whether ``FLASHINFER_FORCE_REFERENCE`` asks for the reference implementation."""
-    return os.environ.get(FORCE_REFERENCE_ENV, "") not in ("", "0", "false", "False")
+    return _forced
 
 
 def triton_available() -> bool:
@@ -39,7 +54,7 @@ def triton_available() -> bool:
 
 def implementation_kind(device: torch.device | str) -> str:
     """The implementation a call on ``device`` uses: ``reference``, ``cuda`` or ``mate``."""
-    if force_reference():
+    if _forced:
         return "reference"
     device_type = device if isinstance(device, str) else device.type
     kind = DEVICE_IMPLEMENTATION.get(device_type, "reference")
@@ -73,7 +88,9 @@ class Dispatcher:
 
     def module(self, device: torch.device):
         """The implementation module for ``device`` (imported on first use, then cached)."""
-        kind = implementation_kind(device)
+        kind = "reference" if _forced else DEVICE_IMPLEMENTATION.get(device.type, "reference")
+        if kind == "cuda" and not _triton_present():
+            kind = "reference"
         mod = self._modules.get(kind)
         if mod is None:
             mod = importlib.import_module(f"{self.package}._{kind}")
