@@ -34,9 +34,10 @@ import time
 
 import torch
 import triton
+from triton.testing import do_bench
+
 from flashinfer.mla import _cuda, _reference
 from flashinfer.mla.kernels import mla_decode
-from triton.testing import do_bench
 
 TOPK = 2048
 SLOTS_PER_REQUEST = 32768
@@ -142,27 +143,33 @@ def bench_decode(copy_bw, rows, reference_shapes):
                     del case
 
 
+def tune_variants(kind, batch, heads, base):
+    """(config, splits) candidates: tile shapes on the one-split shapes (batch 128), split counts
+    around the plan's on the split ones (each variant costs a compile, so the two do not cross)."""
+    fp8 = kind == "fp8"
+    default = base.fp8_config if fp8 else base.bf16_config
+    if base.num_splits > 1:
+        for splits in sorted({max(1, base.num_splits // 2), base.num_splits, min(64, base.num_splits * 2)}):
+            yield default, splits
+        return
+    if heads > 32:
+        shapes = [(64, 64, 8, 2, False), (64, 32, 8, 3, False), (64, 32, 8, 2, False)]
+        if fp8:
+            shapes += [(64, 64, 8, 2, True), (64, 128, 8, 2, False), (64, 64, 8, 3, False)]
+    else:
+        shapes = [(16, 64, 4, 3, False), (16, 64, 4, 2, False), (16, 128, 4, 2, False), (16, 32, 4, 4, False)]
+    for block_h, block_n, warps, stages, pv_fp8 in shapes:
+        yield mla_decode.DecodeConfig(block_h, block_n, warps, stages, default.programs_per_sm, pv_fp8), 1
+
+
 def tune(copy_bw, rows):
-    """Time candidate tile configurations on the key decode shapes (FP8 and BF16)."""
-    candidates = {
-        64: [(64, 64, 8, 2, False), (64, 64, 8, 2, True), (64, 32, 8, 3, False), (64, 64, 8, 3, False),
-             (64, 32, 4, 3, False), (128, 64, 16, 2, False), (128, 32, 16, 3, False)],
-        16: [(16, 64, 4, 3, False), (16, 64, 4, 2, False), (16, 128, 4, 2, False), (16, 32, 4, 4, False),
-             (16, 64, 8, 3, False)],
-    }  # fmt: skip
+    """Time candidate tile configurations and split counts on the key decode shapes."""
     for kind, dtype in DTYPES.items():
-        for batch, heads in ((128, 128), (128, 64), (1, 128), (32, 128), (128, 16), (8, 16)):
+        for batch, heads in ((128, 128), (128, 64), (128, 16), (1, 128), (32, 128), (8, 16)):
             case = sparse_case(batch, heads, 1, dtype)
             base = _cuda.decode_plan(batch, 1, heads, TOPK, case["query"].device)
-            for block_h, block_n, warps, stages, pv_fp8 in candidates[64 if heads > 32 else 16]:
-                if pv_fp8 and kind != "fp8":
-                    continue
-                if kind == "bf16" and block_h * block_n > 64 * 64 and stages > 1:
-                    continue  # over the shared-memory budget
-                config = mla_decode.DecodeConfig(block_h, block_n, warps, stages, 1, pv_fp8)
-                plan = dataclasses.replace(
-                    base, head_blocks=triton.cdiv(heads, block_h), fp8_config=config, bf16_config=config
-                )
+            for config, splits in tune_variants(kind, batch, heads, base):
+                plan = mla_decode.DecodePlan(splits, triton.cdiv(heads, config.block_h), config, config)
                 try:
                     run_sparse(_cuda, case, plan)
                     err = oracle_error(case)
@@ -172,12 +179,13 @@ def tune(copy_bw, rows):
                     continue
                 _, flops, floor_ms = decode_roofline(batch, heads, 1, kind, copy_bw)
                 rows.append({"op": "tune", "dtype": kind, "batch": batch, "heads": heads,
-                             "config": dataclasses.asdict(config), "splits": base.num_splits,
+                             "config": dataclasses.asdict(config), "splits": splits,
                              "ms": ms, "rel_err": err})  # fmt: skip
                 print(
-                    f"tune {kind:4s} B={batch:3d} H={heads:3d} bh={block_h:3d} bn={block_n:3d} w={warps:2d} "
-                    f"st={stages} pv8={int(pv_fp8)} splits={base.num_splits:2d} {ms * 1e3:8.1f} us "
-                    f"{flops / ms * 1e-9:6.1f} TFLOP/s floor {floor_ms * 1e3:6.1f} us err {err:.1e}",
+                    f"tune {kind:4s} B={batch:3d} H={heads:3d} bh={config.block_h:3d} bn={config.block_n:3d} "
+                    f"w={config.num_warps:2d} st={config.num_stages} pv8={int(config.pv_fp8)} splits={splits:2d} "
+                    f"{ms * 1e3:8.1f} us {flops / ms * 1e-9:6.1f} TFLOP/s floor {floor_ms * 1e3:6.1f} us "
+                    f"err {err:.1e}",
                     flush=True,
                 )
             del case
@@ -296,6 +304,38 @@ def plot(rows, path):
     fig.savefig(path, dpi=110)
 
 
+def markdown(meta, rows) -> str:
+    """The tables of ``benchmarks/RESULTS.md``'s MLA section."""
+    lines = [
+        f"{meta['device']}, torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}; "
+        f"measured D2D copy {meta['copy_bandwidth_gbps']:.0f} GB/s.",
+        "",
+        "| dtype | batch | heads | q_len | splits | time (us) | TFLOP/s | GB/s | floor (us) | floor/time | "
+        "reference (us) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r["op"] == "sparse_decode":
+            ref = f"{r['reference_ms'] * 1e3:.0f}" if "reference_ms" in r else ""
+            lines.append(
+                f"| {r['dtype']} | {r['batch']} | {r['heads']} | {r['q_len']} | {r['splits']} | "
+                f"{r['ms'] * 1e3:.1f} | {r['tflops']:.0f} | {r['gbps']:.0f} | {r['floor_ms'] * 1e3:.1f} | "
+                f"{r['floor_ms'] / r['ms'] * 100:.0f}% | {ref} |"
+            )
+    lines += [
+        "",
+        "| tokens | kernel (us) | GB/s | % of copy | in a graph (us/call) | eager public API (us/call) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r["op"] == "rope_quantize":
+            lines.append(
+                f"| {r['tokens']} | {r['ms'] * 1e3:.1f} | {r['gbps']:.0f} | {r['copy_fraction'] * 100:.0f}% | "
+                f"{r['graph_us']:.2f} | {r['eager_api_us']:.1f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/out"))
@@ -330,6 +370,9 @@ def main():
     name = "tune_mla.json" if args.tune else "bench_mla.json"
     with open(os.path.join(args.out, name), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    if not args.tune:
+        with open(os.path.join(args.out, "bench_mla.md"), "w") as f:
+            f.write(markdown(meta, rows))
 
 
 if __name__ == "__main__":
