@@ -76,8 +76,9 @@ def rope_quantize(
     k_nope_out,
 ) -> None:
     """``mate.sparse_mla_interface.mla_rope_quantize_fp8`` when its kernel fits, else the reference."""
-    fn = _function("mla_rope_quantize_fp8", "rope_quantize_fp8")
-    if fn is None or not _rope_eligible(q_rope, k_rope, q_nope, k_nope, q_rope_out):
+    eligible = _rope_eligible(q_rope, k_rope, q_nope, k_nope, q_rope_out)
+    fn = _function("mla_rope_quantize_fp8", "rope_quantize_fp8") if eligible else None
+    if fn is None:
         _reference.rope_quantize(
             q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, quant_scale_q,
             quant_scale_kv, q_rope_out, k_rope_out, q_nope_out, k_nope_out,
