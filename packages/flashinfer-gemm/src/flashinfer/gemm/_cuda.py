@@ -17,9 +17,10 @@ Routing, per function:
   not e5m2 x e5m2). Everything else, and every batch count above one, runs the batched Triton
   kernel ``kernels.fp8_bmm`` in one launch.
 - ``gemm_groupwise``: ``torch._scaled_mm`` with DeepSeek-style 1x128 / 128x128 block scales
-  (cuBLASLt, Hopper only) for bf16 output where cuBLASLt takes the shape; the scale tensors
-  are relaid to its layout (a few kilobytes; (128, 128, 128) granularity expands the A scales
-  per row). Other granularities, dtypes, shapes and FP8 output run ``kernels.fp8_blockwise``.
+  (cuBLASLt, Hopper only) for bf16/fp16 output where cuBLASLt takes the shape (m a multiple of
+  4, k of 512, n of 16); the scale tensors are relaid to its layout (a few kilobytes; the
+  (128, 128, 128) granularity expands the A scales per row). Other granularities, dtypes and
+  shapes, and FP8 output, run ``kernels.fp8_blockwise``.
 - ``group_gemm_contiguous`` / ``group_gemm_masked``: the persistent Triton kernel
   ``kernels.fp8_blockwise`` (no library offers these layouts).
 
@@ -173,7 +174,13 @@ def gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, outpu
 
 
 def _blockwise_cublas_takes(a, b, block_m, block_n, block_k, out) -> bool:
-    """Whether cuBLASLt's 1x128 x 128x128 block-scaled GEMM takes this product."""
+    """Whether cuBLASLt's 1x128 x 128x128 block-scaled GEMM takes this product.
+
+    Measured on an H200 (CUDA 13.0, torch 2.11): the scale tensors' leading dimensions (m for
+    A, k/128 for B) must be multiples of 4 floats (16 bytes): m = 1 or 3 is rejected
+    (CUBLAS_STATUS_NOT_SUPPORTED) and k/128 = 3 or 5 gives wrong results without an error.
+    bf16 and fp16 outputs and mixed e4m3/e5m2 operands all run.
+    """
     m, k = a.shape
     n = b.shape[0]
     return (
@@ -181,9 +188,10 @@ def _blockwise_cublas_takes(a, b, block_m, block_n, block_k, out) -> bool:
         and block_m in (1, 128)
         and block_n == 128
         and block_k == 128
-        and out.dtype == torch.bfloat16
-        and a.dtype == b.dtype == torch.float8_e4m3fn
-        and k % 128 == 0
+        and out.dtype in (torch.bfloat16, torch.float16)
+        and not (a.dtype == b.dtype == torch.float8_e5m2)
+        and m % 4 == 0
+        and k % (4 * 128) == 0
         and n % 16 == 0
         and _row_major(a)
         and _row_major(b)

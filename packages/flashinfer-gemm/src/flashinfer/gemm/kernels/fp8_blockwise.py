@@ -19,7 +19,8 @@ Scales are float32 *logical* views with their own strides (row-major, column-maj
 broadcast): ``a_scale (G?, ceil(m / SCALE_BM), ceil(k / SCALE_BK))`` and
 ``b_scale (G?, ceil(n / SCALE_BN), ceil(k / SCALE_BK))``. Each K step of ``BLOCK_K`` lies in one
 scale block (``BLOCK_K`` divides ``SCALE_BK``), so the block product is scaled once per step and
-added to the fp32 accumulator. ``a`` and ``b`` are read along k (``stride(-1) == 1`` expected,
+added to the fp32 accumulator: the tensor cores' reduced-precision accumulation never spans
+more than one scale block (DeepGEMM's promotion scheme). ``a`` and ``b`` are read along k (``stride(-1) == 1`` expected,
 not required). ``out`` has any strides.
 
 Scheduling: the grid holds one program per multiprocessor; each walks the tile list
@@ -35,10 +36,11 @@ import math
 import triton
 import triton.language as tl
 
-DENSE = 0
-CONTIGUOUS = 1
-MASKED = 2
-E4M3_MAX = 448.0
+# layouts and the e4m3 limit, as constexpr globals so the kernel can read them
+DENSE = tl.constexpr(0)
+CONTIGUOUS = tl.constexpr(1)
+MASKED = tl.constexpr(2)
+E4M3_MAX = tl.constexpr(448.0)
 OUTPUT_SCALE_BLOCK = 128
 
 
@@ -236,7 +238,7 @@ def _launch(
         "SCALE_BM": scale_bm,
         "SCALE_BN": scale_bn,
         "SCALE_BK": scale_bk,
-        "LAYOUT": layout,
+        "LAYOUT": layout.value,
         "OUT_FP8": out_fp8,
         "NUM_PROGRAMS": num_programs,
         "BLOCK_K": block_k,
