@@ -7,7 +7,15 @@ its own environment, editable.
 
 import nox
 
-nox.options.sessions = ["tests-core", "tests-gemm", "tests-mla", "tests-integration", "packaging", "lint", "example"]
+nox.options.sessions = [
+    "tests-core",
+    "tests-gemm",
+    "tests-mla",
+    "tests-integration",
+    "packaging",
+    "lint",
+    "example",
+]
 nox.options.default_venv_backend = "virtualenv"
 nox.options.reuse_existing_virtualenvs = True
 
