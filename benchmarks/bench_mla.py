@@ -153,13 +153,14 @@ def tune_variants(kind, batch, heads, base):
             yield default, splits
         return
     if heads > 32:
-        shapes = [(64, 64, 8, 2, False), (64, 32, 8, 3, False), (64, 32, 8, 2, False)]
+        shapes = [(64, 32, 8, 3, False), (64, 32, 8, 2, False)]
         if fp8:
-            shapes += [(64, 64, 8, 2, True), (64, 128, 8, 2, False), (64, 64, 8, 3, False)]
+            shapes += [(64, 64, 8, 3, True), (64, 64, 8, 2, True), (64, 64, 8, 2, False)]
     else:
-        shapes = [(16, 64, 4, 3, False), (16, 64, 4, 2, False), (16, 128, 4, 2, False), (16, 32, 4, 4, False)]
+        shapes = [(16, 32, 4, 3, False), (16, 64, 4, 3, False), (16, 32, 4, 4, False)]
     for block_h, block_n, warps, stages, pv_fp8 in shapes:
-        yield mla_decode.DecodeConfig(block_h, block_n, warps, stages, default.programs_per_sm, pv_fp8), 1
+        yield mla_decode.DecodeConfig(block_h, block_n, warps, stages, default.programs_per_sm, pv_fp8,
+                                      default.upcast_qk), 1  # fmt: skip
 
 
 def tune(copy_bw, rows):

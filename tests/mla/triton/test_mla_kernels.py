@@ -201,6 +201,8 @@ DECODE_CASES = [
     (E4M3, 17, 1, 576, 1, False, False, False, False),
     (E4M3, 5, 2, 320, 2, True, False, True, False),
     (torch.bfloat16, 4, 1, 320, 1, False, True, True, True),
+    (E4M3, 33, 1, 576, 2, True, False, True, False),
+    (torch.bfloat16, 40, 2, 576, 1, False, False, True, False),
 ]
 
 

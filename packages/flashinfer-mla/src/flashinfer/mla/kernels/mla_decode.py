@@ -39,10 +39,11 @@ import dataclasses
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634
+# globals read inside kernels must be constexpr
+LOG2E = tl.constexpr(1.4426950408889634)
 # FP8 probabilities are scaled by 256 before the e4m3 cast so that small weights keep their
 # mantissa instead of flushing to zero; the accumulator is divided back once at the end.
-P_FP8_SCALE = 256.0
+P_FP8_SCALE = tl.constexpr(256.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +64,9 @@ class DecodeConfig:
     pv_fp8 : bool
         FP8 operands only: quantize the probabilities to e4m3 (scaled by 256) for an FP8 x FP8
         PV dot, instead of a bf16 dot on upcast V.
+    upcast_qk : bool
+        FP8 operands only: QK^T as a bf16 dot on upcast rows. Tiles under 64 heads run on
+        mma.sync, whose FP8 operand path spills registers; they are memory-bound anyway.
     """
 
     block_h: int
@@ -71,20 +75,21 @@ class DecodeConfig:
     num_stages: int
     programs_per_sm: int
     pv_fp8: bool = False
+    upcast_qk: bool = False
 
 
 def decode_config(heads: int, fp8: bool) -> DecodeConfig:
     """The tile shape for ``heads`` query heads (FP8 or BF16 operands)."""
+    # Chosen from ptxas' register and stack report on sm_90 (no spills, or the fewest).
     # 64 heads fill the M of one Hopper wgmma; 8 warps split the [64, 512] fp32 accumulator
-    # over two warpgroups (128 registers a thread). Fewer heads are memory-bound: small tiles,
-    # several programs a multiprocessor, deeper pipelines for more bytes in flight.
+    # over two warpgroups (128 registers a thread); 32-key steps leave room for the pipeline.
+    # Fewer heads are memory-bound and run on mma.sync: small tiles, two programs a
+    # multiprocessor, FP8 rows upcast for QK^T (mma.sync's FP8 operands spill).
     if heads > 32:
-        # bf16 rows are twice as wide: a 32-key step keeps three stages in shared memory
-        block_n, stages = (64, 2) if fp8 else (32, 3)
-        return DecodeConfig(block_h=64, block_n=block_n, num_warps=8, num_stages=stages, programs_per_sm=1)
+        return DecodeConfig(64, 32, num_warps=8, num_stages=3 if fp8 else 2, programs_per_sm=1)
     if heads > 16:
-        return DecodeConfig(block_h=32, block_n=64, num_warps=4, num_stages=3, programs_per_sm=2)
-    return DecodeConfig(block_h=16, block_n=64, num_warps=4, num_stages=3, programs_per_sm=2)
+        return DecodeConfig(32, 32, num_warps=8, num_stages=3, programs_per_sm=2, upcast_qk=fp8)
+    return DecodeConfig(16, 32 if fp8 else 64, num_warps=4, num_stages=3, programs_per_sm=2, upcast_qk=fp8)
 
 
 @triton.jit
@@ -135,6 +140,7 @@ def mla_decode_kernel(
     SCALE2_ON_DEVICE: tl.constexpr,
     FP8: tl.constexpr,
     PV_FP8: tl.constexpr,
+    UPCAST_QK: tl.constexpr,
 ):
     # program -> (head block, split, query token): head blocks of one chunk are neighbours, so
     # the second gather of the same rows hits L2
@@ -158,9 +164,13 @@ def mla_decode_kernel(
     dv = tl.arange(0, D_V)
     q_row = q_ptr + batch.to(tl.int64) * stride_qb + token * stride_qt + heads[:, None] * stride_qh
     q_nope = tl.load(q_row + dv[None, :], mask=head_ok[:, None], other=0.0)
+    if UPCAST_QK:
+        q_nope = q_nope.to(tl.bfloat16)
     if D_ROPE > 0:
         dr = tl.arange(0, D_ROPE)
         q_rope = tl.load(q_row + D_V + dr[None, :], mask=head_ok[:, None], other=0.0)
+        if UPCAST_QK:
+            q_rope = q_rope.to(tl.bfloat16)
 
     if SCALE1_ON_DEVICE:
         scale_log2 = tl.load(bmm1_scale) * LOG2E
@@ -187,9 +197,13 @@ def mla_decode_kernel(
             kv_off = slot.to(tl.int64) * stride_kv_row
         kv_row = kv_ptr + kv_off[:, None]
         k_nope = tl.load(kv_row + dv[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, D_V]
+        if UPCAST_QK:
+            k_nope = k_nope.to(tl.bfloat16)
         s = tl.dot(q_nope, tl.trans(k_nope))
         if D_ROPE > 0:
             k_rope = tl.load(kv_row + D_V + dr[None, :], mask=valid[:, None], other=0.0)
+            if UPCAST_QK:
+                k_rope = k_rope.to(tl.bfloat16)
             s = tl.dot(q_rope, tl.trans(k_rope), s)
         s = tl.where(valid[None, :], s * scale_log2, float("-inf"))
 
@@ -202,10 +216,8 @@ def mla_decode_kernel(
         acc = acc * alpha[:, None]
         if PV_FP8:
             acc = tl.dot((p * P_FP8_SCALE).to(k_nope.dtype), k_nope, acc)
-        elif FP8:
+        else:  # bf16 probabilities; FP8 values upcast (a no-op for bf16 rows)
             acc = tl.dot(p.to(tl.bfloat16), k_nope.to(tl.bfloat16), acc)
-        else:
-            acc = tl.dot(p.to(k_nope.dtype), k_nope, acc)
         m_i = m_new
     if PV_FP8:
         acc = acc * (1.0 / P_FP8_SCALE)
@@ -437,7 +449,7 @@ def mla_decode(
         BLOCK_H=config.block_h, BLOCK_N=config.block_n, SPLIT=num_splits > 1,
         HAS_SINKS=has_sinks, HAS_LSE=has_lse,
         SCALE1_ON_DEVICE=scale1_on_device, SCALE2_ON_DEVICE=scale2_on_device, FP8=fp8,
-        PV_FP8=fp8 and config.pv_fp8,
+        PV_FP8=fp8 and config.pv_fp8, UPCAST_QK=fp8 and config.upcast_qk,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if num_splits > 1:

@@ -36,8 +36,8 @@ TILE_ELEMENTS = 8192
 NUM_WARPS = 4
 
 
-# 0x7F is a NaN in both e4m3fn and e5m2
-FP8_NAN_BITS = 0x7F
+# 0x7F is a NaN in both e4m3fn and e5m2 (a constexpr: kernels read no other globals)
+FP8_NAN_BITS = tl.constexpr(0x7F)
 
 
 @triton.jit
