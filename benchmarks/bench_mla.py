@@ -113,34 +113,44 @@ def decode_roofline(batch, heads, q_len, kind, copy_bw, topk=TOPK):
     return nbytes, flops, floor_ms
 
 
-def bench_decode(copy_bw, rows, reference_shapes):
-    for kind, dtype in DTYPES.items():
-        for heads in (16, 64, 128):
-            for q_len in (1, 2):
-                for batch in (1, 8, 32, 64, 128):
-                    case = sparse_case(batch, heads, q_len, dtype, seed=len(rows))
-                    plan = _cuda.decode_plan(batch, q_len, heads, TOPK, case["query"].device)
-                    run_sparse(_cuda, case, plan)
-                    err = oracle_error(case)
-                    ms = median_ms(lambda case=case, plan=plan: run_sparse(_cuda, case, plan))
-                    nbytes, flops, floor_ms = decode_roofline(batch, heads, q_len, kind, copy_bw)
-                    row = {
-                        "op": "sparse_decode", "dtype": kind, "batch": batch, "heads": heads,
-                        "q_len": q_len, "topk": TOPK, "splits": plan.num_splits, "ms": ms,
-                        "tflops": flops / ms * 1e-9, "gbps": nbytes / ms * 1e-6,
-                        "floor_ms": floor_ms, "rel_err": err,
-                    }  # fmt: skip
-                    if (kind, batch, heads, q_len) in reference_shapes:
-                        row["reference_ms"] = median_ms(lambda case=case: run_sparse(_reference, case, None))
-                    rows.append(row)
-                    print(
-                        f"decode {kind:4s} B={batch:3d} H={heads:3d} q_len={q_len} splits={plan.num_splits:2d} "
-                        f"{ms * 1e3:8.1f} us {row['tflops']:6.1f} TFLOP/s {row['gbps']:6.0f} GB/s "
-                        f"floor {floor_ms * 1e3:6.1f} us err {err:.1e}"
-                        + (f" ref {row['reference_ms'] * 1e3:9.1f} us" if "reference_ms" in row else ""),
-                        flush=True,
-                    )
-                    del case
+# (dtype, batch, heads, q_len) of the targets, for a short run
+TARGET_SHAPES = [("fp8", 128, 128, 1), ("fp8", 128, 64, 1), ("fp8", 1, 128, 1), ("fp8", 128, 16, 1),
+                 ("fp8", 32, 128, 2), ("bf16", 128, 128, 1), ("bf16", 8, 16, 1)]  # fmt: skip
+
+
+def decode_shapes(targets_only):
+    if targets_only:
+        return TARGET_SHAPES
+    return [(kind, batch, heads, q_len) for kind in DTYPES for heads in (16, 64, 128) for q_len in (1, 2)
+            for batch in (1, 8, 32, 64, 128)]  # fmt: skip
+
+
+def bench_decode(copy_bw, rows, reference_shapes, targets_only):
+    for kind, batch, heads, q_len in decode_shapes(targets_only):
+        dtype = DTYPES[kind]
+        case = sparse_case(batch, heads, q_len, dtype, seed=len(rows))
+        plan = _cuda.decode_plan(batch, q_len, heads, TOPK, case["query"].device)
+        run_sparse(_cuda, case, plan)
+        err = oracle_error(case)
+        ms = median_ms(lambda case=case, plan=plan: run_sparse(_cuda, case, plan))
+        nbytes, flops, floor_ms = decode_roofline(batch, heads, q_len, kind, copy_bw)
+        row = {
+            "op": "sparse_decode", "dtype": kind, "batch": batch, "heads": heads,
+            "q_len": q_len, "topk": TOPK, "splits": plan.num_splits, "ms": ms,
+            "tflops": flops / ms * 1e-9, "gbps": nbytes / ms * 1e-6,
+            "floor_ms": floor_ms, "rel_err": err,
+        }  # fmt: skip
+        if (kind, batch, heads, q_len) in reference_shapes:
+            row["reference_ms"] = median_ms(lambda case=case: run_sparse(_reference, case, None))
+        rows.append(row)
+        print(
+            f"decode {kind:4s} B={batch:3d} H={heads:3d} q_len={q_len} splits={plan.num_splits:2d} "
+            f"{ms * 1e3:8.1f} us {row['tflops']:6.1f} TFLOP/s {row['gbps']:6.0f} GB/s "
+            f"floor {floor_ms * 1e3:6.1f} us err {err:.1e}"
+            + (f" ref {row['reference_ms'] * 1e3:9.1f} us" if "reference_ms" in row else ""),
+            flush=True,
+        )
+        del case
 
 
 def tune_variants(kind, batch, heads, base):
@@ -343,6 +353,7 @@ def main():
     parser.add_argument("--tune", action="store_true", help="time candidate decode tile configs")
     parser.add_argument("--skip-decode", action="store_true")
     parser.add_argument("--skip-rope", action="store_true")
+    parser.add_argument("--targets-only", action="store_true", help="decode at the target shapes only")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -366,7 +377,7 @@ def main():
                 ("fp8", 8, 16, 1),
                 ("fp8", 32, 128, 1),
             }
-            bench_decode(copy_bw, rows, reference_shapes)
+            bench_decode(copy_bw, rows, reference_shapes, args.targets_only)
         plot(rows, os.path.join(args.out, "bench_mla.png"))
     name = "tune_mla.json" if args.tune else "bench_mla.json"
     with open(os.path.join(args.out, name), "w") as f:
