@@ -309,7 +309,9 @@ def decode_samples() -> list:
         sparse_sample("fp8_heads80_padded", heads=80, q_len=2, lse="return", batch=1),
         sparse_sample("fp8_heads128_topk128", heads=128, topk=128, batch=1, lse="return"),
         sparse_sample("bf16_topk256_counts", topk=256, dtype=torch.bfloat16, seq="counts", batch=3),
+        sparse_sample("fp16_q2_lse", q_len=2, dtype=torch.float16, lse="return"),
         dense_sample("dense_bf16_q1", lse="return"),
+        dense_sample("dense_fp16_q1", dtype=torch.float16),
         dense_sample("dense_fp8_q2_page64", q_len=2, page_size=64, dtype=E4M3, cache_4d=False, out="strided"),
         dense_sample("dense_sinks_lse3d", heads=3, sinks=True, lse="3d", width_pages=64),
     ]
@@ -352,7 +354,7 @@ def decode_errors() -> list:
         ErrorInput("bmm2_tensor_fp64", base(bmm2_scale=torch.tensor(1.0, dtype=torch.float64)), TypeError, "bmm2_scale tensor must have dtype torch.float32"),
         ErrorInput("topk_not_multiple_of_4", base(sparse_mla_top_k=62, block_tables=torch.zeros(2, 1, 62, dtype=torch.int32)), RuntimeError, "SparseMlaTopK must be a multiple of 4"),
         ErrorInput("mixed_dtypes", base(query=q.to(torch.float32).to(torch.bfloat16)), ValueError, "mixed query/cache dtypes"),
-        ErrorInput("fp16_query", base(query=q.float().half(), kv_cache=torch.zeros(3, 1, 32, 576, dtype=torch.float16)), ValueError, "query"),
+        ErrorInput("fp32_query", base(query=q.float(), kv_cache=torch.zeros(3, 1, 32, 576, dtype=torch.float32)), ValueError, "query"),
         ErrorInput("out_shape", base(out=torch.empty(2, 1, 4, 256, dtype=torch.bfloat16)), ValueError, "Invalid shape/dtype/device of out"),
         ErrorInput("out_dtype", base(out=torch.empty(2, 1, 4, 512)), ValueError, "Invalid shape/dtype/device of out"),
         ErrorInput("lse_shape", base(lse=torch.empty(4, 4)), ValueError, "lse"),

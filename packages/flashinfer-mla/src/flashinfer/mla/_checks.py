@@ -16,7 +16,7 @@ from ..utils import get_device_sm_count, get_trtllm_gen_multi_ctas_kv_counter_by
 
 BACKENDS = ("auto", "trtllm-gen", "cute-dsl", "xqa", "sparse")
 MLA_DIMS = ((512, 64), (256, 64), (512, 0))
-DTYPES = (torch.bfloat16, torch.float8_e4m3fn)
+DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 
 
 def check_options(
@@ -112,7 +112,12 @@ def check_query_and_cache(query, kv_cache, head_dim: int, compact: bool) -> None
         )
         fail(ValueError, "query", f"a {want}-D {shape} tensor", query)
     if query.dtype not in DTYPES:
-        fail(ValueError, "query", "dtype torch.bfloat16 or torch.float8_e4m3fn", f"dtype {query.dtype}")
+        fail(
+            ValueError,
+            "query",
+            "dtype torch.bfloat16, torch.float16 or torch.float8_e4m3fn",
+            f"dtype {query.dtype}",
+        )
     if kv_cache.dtype != query.dtype:
         fail(
             ValueError,

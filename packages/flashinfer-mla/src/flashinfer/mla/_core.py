@@ -59,7 +59,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
     ----------
     query : torch.Tensor
         ``[batch, q_len, num_heads, D]``, contiguous, D = ``kv_lora_rank + qk_rope_head_dim``
-        (576 for DeepSeek): the absorbed NoPE part then the RoPE part. bfloat16 or float8_e4m3fn,
+        (576 for DeepSeek): the absorbed NoPE part then the RoPE part. bfloat16, float16 or float8_e4m3fn,
         the same dtype as ``kv_cache``. With ``cum_seq_lens_q``: compact ``[total_q, num_heads, D]``.
     kv_cache : torch.Tensor
         ``[num_pages, page_size, D]`` or ``[num_pages, 1, page_size, D]``, last dim contiguous.

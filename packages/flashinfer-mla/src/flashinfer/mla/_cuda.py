@@ -4,6 +4,7 @@ Same functions and normalized arguments as ``_reference`` and ``_mate`` (docs/in
 the API layer has validated everything. Triton and the kernel modules are imported on the
 first call, never at import. FP8 decode needs FP8 tensor cores (compute capability 8.9+);
 older devices run FP8 decode through the reference implementation, BF16 decode through Triton.
+Float16 decode runs the reference on every device.
 """
 
 from __future__ import annotations
@@ -75,7 +76,10 @@ def decode_plan(batch: int, q_len: int, heads: int, topk: int, device):
 
 
 def _fp8_on_reference(query) -> bool:
-    # FP8 x FP8 tensor-core dots need sm_89+
+    # FP8 x FP8 tensor-core dots need sm_89+; float16 decode has not been run through the
+    # Triton kernels on a GPU yet, so it takes the reference.
+    if query.dtype == torch.float16:
+        return True
     return query.element_size() == 1 and _device_facts(query.device)[1] < FP8_DOT_CAPABILITY
 
 
