@@ -18,6 +18,7 @@ __all__ = ["mla_rope_quantize_fp8", "rope_quantize_fp8"]
 _INPUT_DTYPES = (torch.float16, torch.bfloat16)
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 _CACHE_DTYPES = (torch.float32, torch.bfloat16)
+_POS_DTYPES = (torch.int32, torch.int64)
 
 
 def rope_quantize_fp8(
@@ -109,33 +110,22 @@ def rope_quantize_fp8(
     >>> outs[0].data_ptr() == q_fp8[..., 512:].data_ptr()
     True
     """
-    tensors = {"q_rope": q_rope, "k_rope": k_rope, "cos_sin_cache": cos_sin_cache, "pos_ids": pos_ids}
-    for name, x in tensors.items():
-        check_tensor(x, name)
-    k_is_2d = k_rope.dim() == 2
-    q_nope = _empty_nope(q_nope, q_rope, "q_nope")
-    k_nope = _empty_nope(k_nope, k_rope, "k_nope")
-    inputs = {"q_rope": q_rope, "k_rope": k_rope, "q_nope": q_nope, "k_nope": k_nope}
-    given = {
-        "q_rope_out": q_rope_out,
-        "k_rope_out": k_rope_out,
-        "q_nope_out": q_nope_out,
-        "k_nope_out": k_nope_out,
-    }
+    given = (q_rope_out, k_rope_out, q_nope_out, k_nope_out)
     if quantize_dtype is None:
-        quantize_dtype = next((o.dtype for o in given.values() if o is not None), torch.float8_e4m3fn)
-    _check_rope(inputs, given, cos_sin_cache, pos_ids, quantize_dtype, k_is_2d)
-    for name, scale in (("quant_scale_q", quant_scale_q), ("quant_scale_kv", quant_scale_kv)):
-        # Host numbers only: reading a tensor would synchronize (and break graph capture).
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-            fail(TypeError, name, "a Python float", scale)
-        if not math.isfinite(scale):
-            fail(ValueError, name, "a finite float", scale)
-
-    outputs = {
-        name: out if out is not None else torch.empty(x.shape, dtype=quantize_dtype, device=x.device)
-        for (name, out), x in zip(given.items(), inputs.values())
-    }
+        quantize_dtype = next((o.dtype for o in given if o is not None), torch.float8_e4m3fn)
+    k_is_2d = k_rope.dim() == 2 if isinstance(k_rope, torch.Tensor) else False
+    if not _args_ok(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, quantize_dtype,
+                    quant_scale_q, quant_scale_kv, given):  # fmt: skip
+        # Not the common, valid case: run every check to say exactly what is wrong.
+        q_nope, k_nope = _check_all(
+            q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, quantize_dtype,
+            quant_scale_q, quant_scale_kv, given, k_is_2d,
+        )  # fmt: skip
+    inputs = (q_rope, k_rope, q_nope, k_nope)
+    q_rope_out, k_rope_out, q_nope_out, k_nope_out = (
+        out if out is not None else torch.empty(x.shape, dtype=quantize_dtype, device=x.device)
+        for out, x in zip(given, inputs)
+    )
     if q_rope.shape[0] > 0:
         as_3d = (lambda x: x.unsqueeze(1)) if k_is_2d else (lambda x: x)
         DISPATCH.module(q_rope.device).rope_quantize(
@@ -148,12 +138,91 @@ def rope_quantize_fp8(
             bool(is_neox),
             float(quant_scale_q),
             float(quant_scale_kv),
-            outputs["q_rope_out"],
-            as_3d(outputs["k_rope_out"]),
-            outputs["q_nope_out"],
-            as_3d(outputs["k_nope_out"]),
+            q_rope_out,
+            as_3d(k_rope_out),
+            q_nope_out,
+            as_3d(k_nope_out),
         )
-    return outputs["q_rope_out"], outputs["k_rope_out"], outputs["q_nope_out"], outputs["k_nope_out"]
+    return q_rope_out, k_rope_out, q_nope_out, k_nope_out
+
+
+def _args_ok(
+    q_rope, k_rope, q_nope, k_nope, cache, pos_ids, quantize_dtype, scale_q, scale_kv, given
+) -> bool:
+    """True when every check passes, read in one pass (the hot path); False says "check in detail".
+
+    It may be stricter than the detailed checks (then they run and pass), never looser.
+    """
+    try:
+        dtype, device = q_rope.dtype, q_rope.device
+        nnz, heads, rope_dim = q_rope.shape
+        nope_dim = q_nope.shape[-1]
+        k_dim = k_rope.dim()
+        k_lead = (nnz,) if k_dim == 2 else (nnz, k_rope.shape[1]) if k_dim == 3 else None
+        ok = (
+            k_lead is not None
+            and dtype in _INPUT_DTYPES
+            and q_nope.dtype == dtype
+            and k_rope.dtype == dtype
+            and k_nope.dtype == dtype
+            and q_nope.shape == (nnz, heads, nope_dim)
+            and k_rope.shape == (*k_lead, rope_dim)
+            and k_nope.shape == (*k_lead, nope_dim)
+            and rope_dim % 2 == 0
+            and q_rope.stride(-1) == 1
+            and q_nope.stride(-1) == 1
+            and k_rope.stride(-1) == 1
+            and k_nope.stride(-1) == 1
+            and q_nope.device == device
+            and k_rope.device == device
+            and k_nope.device == device
+            and cache.dtype in _CACHE_DTYPES
+            and cache.dim() == 2
+            and cache.shape[1] == rope_dim
+            and cache.shape[0] > 0
+            and cache.is_contiguous()
+            and cache.device == device
+            and pos_ids.dtype in _POS_DTYPES
+            and pos_ids.shape == (nnz,)
+            and pos_ids.is_contiguous()
+            and pos_ids.device == device
+            and quantize_dtype in _FP8_DTYPES
+            and type(scale_q) is float
+            and type(scale_kv) is float
+            and math.isfinite(scale_q)
+            and math.isfinite(scale_kv)
+        )
+        for out, x in zip(given, (q_rope, k_rope, q_nope, k_nope)):
+            if ok and out is not None:
+                ok = (
+                    out.dtype == quantize_dtype
+                    and out.shape == x.shape
+                    and out.stride(-1) == 1
+                    and out.device == device
+                )
+        return ok
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+def _check_all(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, quantize_dtype, quant_scale_q,
+               quant_scale_kv, given, k_is_2d):  # fmt: skip
+    """Every check, each failure naming its argument; returns the nope inputs (None made empty)."""
+    tensors = {"q_rope": q_rope, "k_rope": k_rope, "cos_sin_cache": cos_sin_cache, "pos_ids": pos_ids}
+    for name, x in tensors.items():
+        check_tensor(x, name)
+    q_nope = _empty_nope(q_nope, q_rope, "q_nope")
+    k_nope = _empty_nope(k_nope, k_rope, "k_nope")
+    inputs = {"q_rope": q_rope, "k_rope": k_rope, "q_nope": q_nope, "k_nope": k_nope}
+    outputs = dict(zip(("q_rope_out", "k_rope_out", "q_nope_out", "k_nope_out"), given))
+    _check_rope(inputs, outputs, cos_sin_cache, pos_ids, quantize_dtype, k_is_2d)
+    for name, scale in (("quant_scale_q", quant_scale_q), ("quant_scale_kv", quant_scale_kv)):
+        # Host numbers only: reading a tensor would synchronize (and break graph capture).
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            fail(TypeError, name, "a Python float", scale)
+        if not math.isfinite(scale):
+            fail(ValueError, name, "a finite float", scale)
+    return q_nope, k_nope
 
 
 def mla_rope_quantize_fp8(
