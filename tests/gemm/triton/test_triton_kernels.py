@@ -12,7 +12,6 @@ import pytest
 import torch
 
 pytestmark = pytest.mark.triton
-triton = pytest.importorskip("triton")
 
 E4M3 = torch.float8_e4m3fn
 E5M2 = torch.float8_e5m2
