@@ -160,7 +160,7 @@ def groupwise_section(table, fg, impls):
             )
 
 
-def bmm_fp8_section(table, fg, impls):
+def bmm_fp8_section(table, fg, impls, who="ours"):
     one = torch.ones((), device="cuda")
     for n, k in DEEPSEEK_NK:
         for m in DEEPSEEK_M:
@@ -188,10 +188,10 @@ def bmm_fp8_section(table, fg, impls):
             anchor = bench(anchor_fn, sets)
             table.add("bmm_fp8", shape, "torch._scaled_mm tensorwise", anchor, flops, moved, "fp8")
             table.add("bmm_fp8", shape, "torch.bmm bf16", bench(bf16_fn, sets), flops, 2 * moved, "bf16")
-            table.add("bmm_fp8", shape, f"ours ({impls})", bench(ours_fn, sets), flops, moved, "fp8", anchor)
+            table.add("bmm_fp8", shape, f"{who} ({impls})", bench(ours_fn, sets), flops, moved, "fp8", anchor)
 
 
-def mla_section(table, fg, impls):
+def mla_section(table, fg, impls, who="ours"):
     one = torch.ones((), device="cuda")
     heads = 128
     for k, n in [(128, 512), (512, 128)]:
@@ -220,18 +220,19 @@ def mla_section(table, fg, impls):
             anchor = bench(anchor_fn, sets)
             table.add("mla", shape, "torch.bmm bf16", anchor, flops, moved16, "bf16")
             table.add(
-                "mla", shape, f"ours bmm_fp8 ({impls})", bench(ours_fn, sets), flops, moved, "fp8", anchor
+                "mla", shape, f"{who} bmm_fp8 ({impls})", bench(ours_fn, sets), flops, moved, "fp8", anchor
             )
-            table.add(
-                "mla",
-                shape,
-                f"ours bmm_bf16 ({impls})",
-                bench(ours16_fn, sets),
-                flops,
-                moved16,
-                "bf16",
-                anchor,
-            )
+            if who == "ours":  # upstream's bmm_bf16 needs cuDNN's frontend
+                table.add(
+                    "mla",
+                    shape,
+                    f"ours bmm_bf16 ({impls})",
+                    bench(ours16_fn, sets),
+                    flops,
+                    moved16,
+                    "bf16",
+                    anchor,
+                )
 
 
 def bf16_section(table, fg, impls):
@@ -398,10 +399,18 @@ def main():
     parser.add_argument(
         "--sections", default="mla,grouped,groupwise,bmm_fp8,bf16,reference", help="comma-separated subset"
     )
+    parser.add_argument(
+        "--upstream",
+        action="store_true",
+        help="time the importable flashinfer as upstream (sections mla, bmm_fp8): an in-run anchor",
+    )
     args = parser.parse_args()
+    import flashinfer
     import flashinfer.gemm as fg
 
     impls = "public API -> _cuda"
+    if args.upstream:
+        impls = f"FlashInfer {flashinfer.__version__}"
     table = Table()
     device = torch.cuda.get_device_name()
     print(
@@ -425,16 +434,19 @@ def main():
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "called_through": impls,
     }
+    name = "gemm_upstream.json" if args.upstream else "gemm.json"
     for section in args.sections.split(","):
         try:
             if section == "reference":
                 reference_section(table)
+            elif args.upstream:
+                runners[section](table, fg, impls, who="upstream")
             else:
                 runners[section](table, fg, impls)
         except Exception:  # report the failed section and still measure the others
             traceback.print_exc()
         # written after every section, so a run cut short keeps what it measured
-        (out_dir / "gemm.json").write_text(json.dumps({"meta": meta, "rows": table.rows}, indent=1))
+        (out_dir / name).write_text(json.dumps({"meta": meta, "rows": table.rows}, indent=1))
     (out_dir / "gemm.md").write_text(markdown(table.rows))
     plot(table.rows, out_dir / "gemm.png")
 

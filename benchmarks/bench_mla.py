@@ -15,6 +15,9 @@ time (median), time per call inside a CUDA graph, and eager wall time per call t
 public API (host overhead included).
 
 ``--tune`` instead times candidate tile configurations on the key decode shapes.
+``--upstream`` times upstream FlashInfer's ``mla_rope_quantize_fp8`` (whatever ``flashinfer`` is
+importable: put upstream's wheel alone on ``PYTHONPATH``) the same way, as an in-run anchor;
+upstream has no sm90 sparse decode.
 
 Run::
 
@@ -35,9 +38,6 @@ import time
 import torch
 import triton
 from triton.testing import do_bench
-
-from flashinfer.mla import _cuda, _reference
-from flashinfer.mla.kernels import mla_decode
 
 TOPK = 2048
 SLOTS_PER_REQUEST = 32768
@@ -153,6 +153,20 @@ def bench_decode(copy_bw, rows, reference_shapes, targets_only):
         del case
 
 
+# (block_h, block_n, num_warps, num_stages, pv_fp8, keys_major) candidates per (dtype, many heads)
+TUNE_SHAPES = {
+    ("fp8", True): [(64, 32, 8, 3, False, False), (64, 32, 8, 3, True, False), (64, 64, 8, 3, True, False),
+                    (64, 64, 8, 2, False, False), (64, 128, 8, 2, True, True), (64, 128, 8, 3, True, True),
+                    (64, 128, 8, 2, False, True), (64, 64, 8, 3, True, True)],
+    ("bf16", True): [(64, 32, 8, 3, False, False), (64, 32, 8, 2, False, False), (64, 64, 8, 2, False, False),
+                     (64, 64, 8, 2, False, True), (64, 128, 8, 1, False, True)],
+    ("fp8", False): [(16, 32, 4, 3, False, False), (16, 64, 4, 3, False, False), (16, 64, 4, 3, False, True),
+                     (16, 128, 8, 2, False, True), (16, 32, 4, 4, False, False)],
+    ("bf16", False): [(16, 64, 4, 3, False, False), (16, 32, 4, 3, False, False), (16, 64, 4, 3, False, True),
+                      (16, 128, 8, 2, False, True)],
+}  # fmt: skip
+
+
 def tune_variants(kind, batch, heads, base):
     """(config, splits) candidates: tile shapes on the one-split shapes (batch 128), split counts
     around the plan's on the split ones (each variant costs a compile, so the two do not cross)."""
@@ -162,15 +176,10 @@ def tune_variants(kind, batch, heads, base):
         for splits in sorted({max(1, base.num_splits // 2), base.num_splits, min(64, base.num_splits * 2)}):
             yield default, splits
         return
-    if heads > 32:
-        shapes = [(64, 32, 8, 3, False), (64, 32, 8, 2, False)]
-        if fp8:
-            shapes += [(64, 64, 8, 3, True), (64, 64, 8, 2, True), (64, 64, 8, 2, False)]
-    else:
-        shapes = [(16, 32, 4, 3, False), (16, 64, 4, 3, False), (16, 32, 4, 4, False)]
-    for block_h, block_n, warps, stages, pv_fp8 in shapes:
+    for block_h, block_n, warps, stages, pv_fp8, keys_major in TUNE_SHAPES[kind, heads > 32]:
+        upcast = default.upcast_qk and not keys_major
         yield mla_decode.DecodeConfig(block_h, block_n, warps, stages, default.programs_per_sm, pv_fp8,
-                                      default.upcast_qk), 1  # fmt: skip
+                                      upcast, keys_major), 1  # fmt: skip
 
 
 def tune(copy_bw, rows):
@@ -194,7 +203,8 @@ def tune(copy_bw, rows):
                              "ms": ms, "rel_err": err})  # fmt: skip
                 print(
                     f"tune {kind:4s} B={batch:3d} H={heads:3d} bh={config.block_h:3d} bn={config.block_n:3d} "
-                    f"w={config.num_warps:2d} st={config.num_stages} pv8={int(config.pv_fp8)} splits={splits:2d} "
+                    f"w={config.num_warps:2d} st={config.num_stages} pv8={int(config.pv_fp8)} "
+                    f"km={int(config.keys_major)} up={int(config.upcast_qk)} splits={splits:2d} "
                     f"{ms * 1e3:8.1f} us {flops / ms * 1e-9:6.1f} TFLOP/s floor {floor_ms * 1e3:6.1f} us "
                     f"err {err:.1e}",
                     flush=True,
@@ -260,18 +270,27 @@ def eager_wall_us(fn, calls=2000) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def bench_rope(copy_bw, rows):
+def bench_rope(copy_bw, rows, upstream=False):
     import flashinfer.rope
 
     for tokens in (1, 128, 1024, 4096, 16384):
         public, internal, nbytes = rope_case(tokens)
-        kernel_ms = median_ms(lambda internal=internal: _cuda.rope_quantize(*internal))
+
+        def api(public=public):
+            flashinfer.rope.mla_rope_quantize_fp8(**public)
+
+        def launcher(internal=internal):
+            _cuda.rope_quantize(*internal)
+
+        # upstream is timed through its public API only (its kernel launcher is private)
+        kernel = api if upstream else launcher
+        kernel_ms = median_ms(kernel)
         src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
         copy_ms = median_ms(lambda src=src, dst=dst: dst.copy_(src))
-        graph_ms = graph_time_ms(lambda internal=internal: _cuda.rope_quantize(*internal))
-        api_us = eager_wall_us(lambda public=public: flashinfer.rope.mla_rope_quantize_fp8(**public))
-        launcher_us = eager_wall_us(lambda internal=internal: _cuda.rope_quantize(*internal))
+        graph_ms = graph_time_ms(kernel)
+        api_us = eager_wall_us(api)
+        launcher_us = eager_wall_us(kernel)
         row = {
             "op": "rope_quantize", "tokens": tokens, "bytes": nbytes, "ms": kernel_ms,
             "copy_ms": copy_ms, "copy_fraction": copy_ms / kernel_ms, "gbps": nbytes / kernel_ms * 1e-6,
@@ -354,8 +373,13 @@ def main():
     parser.add_argument("--skip-decode", action="store_true")
     parser.add_argument("--skip-rope", action="store_true")
     parser.add_argument("--targets-only", action="store_true", help="decode at the target shapes only")
+    parser.add_argument("--upstream", action="store_true", help="time upstream FlashInfer's RoPE instead")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if not args.upstream:
+        global _cuda, _reference, mla_decode
+        from flashinfer.mla import _cuda, _reference
+        from flashinfer.mla.kernels import mla_decode
 
     copy_bw = copy_bandwidth()
     meta = {
@@ -363,9 +387,14 @@ def main():
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "copy_bandwidth_gbps": copy_bw * 1e-9,
     }  # fmt: skip
+    import flashinfer
+
+    meta["implementation"] = f"flashinfer {getattr(flashinfer, '__version__', '?')} ({flashinfer.__file__})"
     print(meta, flush=True)
     rows = []
-    if args.tune:
+    if args.upstream:
+        bench_rope(copy_bw, rows, upstream=True)
+    elif args.tune:
         tune(copy_bw, rows)
     else:
         if not args.skip_rope:
@@ -379,10 +408,10 @@ def main():
             }
             bench_decode(copy_bw, rows, reference_shapes, args.targets_only)
         plot(rows, os.path.join(args.out, "bench_mla.png"))
-    name = "tune_mla.json" if args.tune else "bench_mla.json"
+    name = "tune_mla.json" if args.tune else "upstream_mla.json" if args.upstream else "bench_mla.json"
     with open(os.path.join(args.out, name), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    if not args.tune:
+    if not args.tune and not args.upstream:
         with open(os.path.join(args.out, "bench_mla.md"), "w") as f:
             f.write(markdown(meta, rows))
 

@@ -4,6 +4,7 @@ leaving the CUDA allocator's bytes flat. Skipped on machines without a CUDA devi
 from __future__ import annotations
 
 import threading
+import traceback
 
 import pytest
 import torch
@@ -95,12 +96,12 @@ def test_threads_on_their_own_streams(seed):
             # FP8 tensor cores accumulate with fewer bits than fp32 over long k: rms-relative slack
             tol = 2e-2 * ref.pow(2).mean().sqrt().item()
             torch.testing.assert_close(out.double().cpu(), ref, rtol=1e-2, atol=tol)
-        except BaseException as exc:  # reported below with the others
-            errors.append(exc)
+        except BaseException as exc:  # reported below with the others, traceback included
+            errors.append("".join(traceback.format_exception(exc)))
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert not errors, errors
+    assert not errors, "\n".join(errors)

@@ -232,6 +232,38 @@ def test_sparse_decode(kernels, seed, dtype, heads, q_len, dim, splits, with_sin
     assert (out[2] == 0).all(), "rows with no valid entry are 0"
 
 
+TILE_VARIANTS = [
+    # block_h, block_n, warps, stages, pv_fp8, upcast_qk, keys_major
+    (64, 32, 8, 3, True, False, False),
+    (64, 128, 8, 2, True, False, True),
+    (64, 64, 8, 2, False, False, True),
+    (16, 64, 4, 3, False, True, False),
+    (16, 32, 4, 3, False, False, True),
+]
+
+
+@pytest.mark.parametrize("dtype", [E4M3, torch.bfloat16])
+@pytest.mark.parametrize(
+    "tile", TILE_VARIANTS, ids=lambda t: "bh{}-bn{}-w{}-s{}-pv8{:d}-up{:d}-km{:d}".format(*t)
+)
+def test_sparse_decode_tile_variants(kernels, seed, dtype, tile):
+    """Every tile shape the planner or the tuner may pick computes the same attention
+    (FP8 probabilities, keys on the MMA's M axis, masked head blocks, two splits)."""
+    _, md = kernels
+    block_h, block_n, warps, stages, pv_fp8, upcast_qk, keys_major = tile
+    batch, q_len, heads, topk, slots = 3, 2, 20, 160, 400
+    case = sparse_case(batch, q_len, heads, 576, topk, slots, dtype)
+    config = md.DecodeConfig(block_h, block_n, warps, stages, 1, pv_fp8, upcast_qk, keys_major)
+    plan = md.DecodePlan(2, -(-heads // block_h), config, config)
+    out = torch.full((batch, q_len, heads, 512), math.nan, dtype=torch.bfloat16)
+    lse = torch.full((batch, q_len, heads), math.nan)
+    workspace = torch.full((4 << 20,), 0xFF, dtype=torch.uint8)
+    md.mla_decode(case.query, case.kv, case.indices, case.seq_lens, 0.06, 1.1, None, out, lse, workspace,
+                  plan, 0, slots, case.kv.stride(0), 0)  # fmt: skip
+    ref_out, ref_lse = decode_oracle(case.query, sparse_keys(case), case.seq_lens, topk, 512, 0.06, 1.1, None)
+    assert_decode_close(out, lse, ref_out, ref_lse)
+
+
 def test_sparse_decode_small_workspace_reduces_splits(kernels, seed):
     """A workspace too small for the planned splits runs with fewer, still exact."""
     _, md = kernels

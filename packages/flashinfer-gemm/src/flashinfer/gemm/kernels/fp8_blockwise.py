@@ -36,6 +36,8 @@ import math
 import triton
 import triton.language as tl
 
+from . import AUTOTUNED_LAUNCH
+
 # layouts and the e4m3 limit, as constexpr globals so the kernel can read them
 DENSE = tl.constexpr(0)
 CONTIGUOUS = tl.constexpr(1)
@@ -244,7 +246,8 @@ def _launch(
         "BLOCK_K": block_k,
     }
     if config is None:
-        fp8_blockwise_tuned[(num_programs,)](*args, **constants)
+        with AUTOTUNED_LAUNCH:
+            fp8_blockwise_tuned[(num_programs,)](*args, **constants)
     else:
         fp8_blockwise_kernel[(num_programs,)](*args, **constants, **config)
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from . import AUTOTUNED_LAUNCH
+
 
 def _configs():
     # The DeepSeek MLA absorb products are (tokens x 128) @ (128 x 512) and
@@ -148,6 +150,7 @@ def fp8_bmm(A, B, A_scale, B_scale, out, config=None) -> None:
         return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]), batch)
 
     if config is None:
-        fp8_bmm_tuned[grid](*args)
+        with AUTOTUNED_LAUNCH:
+            fp8_bmm_tuned[grid](*args)
     else:
         fp8_bmm_kernel[grid](*args, **config)

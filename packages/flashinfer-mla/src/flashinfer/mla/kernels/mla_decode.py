@@ -67,6 +67,10 @@ class DecodeConfig:
     upcast_qk : bool
         FP8 operands only: QK^T as a bf16 dot on upcast rows. Tiles under 64 heads run on
         mma.sync, whose FP8 operand path spills registers; they are memory-bound anyway.
+    keys_major : bool
+        Compute the scores as ``K Q^T`` (keys on the MMA's M axis) and transpose the result.
+        Triton gives a dot that feeds another dot all its warps along M; with heads on M, a
+        64-head tile on 8 warps computes QK^T twice, with ``BLOCK_N`` keys on M it does not.
     """
 
     block_h: int
@@ -76,6 +80,7 @@ class DecodeConfig:
     programs_per_sm: int
     pv_fp8: bool = False
     upcast_qk: bool = False
+    keys_major: bool = False
 
 
 def decode_config(heads: int, fp8: bool) -> DecodeConfig:
@@ -90,6 +95,18 @@ def decode_config(heads: int, fp8: bool) -> DecodeConfig:
     if heads > 16:
         return DecodeConfig(32, 32, num_warps=8, num_stages=3, programs_per_sm=2, upcast_qk=fp8)
     return DecodeConfig(16, 32 if fp8 else 64, num_warps=4, num_stages=3, programs_per_sm=2, upcast_qk=fp8)
+
+
+@triton.jit
+def _scores(q, k, acc, UPCAST_QK: tl.constexpr, KEYS_MAJOR: tl.constexpr):
+    # one slice of the scores: [BLOCK_H, BLOCK_N] = q k^T, or its transpose with keys on M
+    if UPCAST_QK:
+        k = k.to(tl.bfloat16)
+    if KEYS_MAJOR:
+        s = tl.dot(k, tl.trans(q), acc)
+    else:
+        s = tl.dot(q, tl.trans(k), acc)
+    return s
 
 
 @triton.jit
@@ -141,6 +158,7 @@ def mla_decode_kernel(
     FP8: tl.constexpr,
     PV_FP8: tl.constexpr,
     UPCAST_QK: tl.constexpr,
+    KEYS_MAJOR: tl.constexpr,
 ):
     # program -> (head block, split, query token): head blocks of one chunk are neighbours, so
     # the second gather of the same rows hits L2
@@ -161,11 +179,15 @@ def mla_decode_kernel(
 
     heads = head_block * BLOCK_H + tl.arange(0, BLOCK_H)
     head_ok = heads < num_heads
-    dv = tl.arange(0, D_V)
+    # the latent part is handled in two halves (lo, hi) so that the register round trip of V
+    # (FP8 upcast or transpose for the PV dot) holds half a tile at a time
+    dh = tl.arange(0, D_V // 2)
     q_row = q_ptr + batch.to(tl.int64) * stride_qb + token * stride_qt + heads[:, None] * stride_qh
-    q_nope = tl.load(q_row + dv[None, :], mask=head_ok[:, None], other=0.0)
+    q_lo = tl.load(q_row + dh[None, :], mask=head_ok[:, None], other=0.0)
+    q_hi = tl.load(q_row + D_V // 2 + dh[None, :], mask=head_ok[:, None], other=0.0)
     if UPCAST_QK:
-        q_nope = q_nope.to(tl.bfloat16)
+        q_lo = q_lo.to(tl.bfloat16)
+        q_hi = q_hi.to(tl.bfloat16)
     if D_ROPE > 0:
         dr = tl.arange(0, D_ROPE)
         q_rope = tl.load(q_row + D_V + dr[None, :], mask=head_ok[:, None], other=0.0)
@@ -179,7 +201,8 @@ def mla_decode_kernel(
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, D_V], tl.float32)
+    acc_lo = tl.zeros([BLOCK_H, D_V // 2], tl.float32)
+    acc_hi = tl.zeros([BLOCK_H, D_V // 2], tl.float32)
     # the page table has one row per request, the index list one per query token
     list_row = list_ptr + row.to(tl.int64) * stride_list_row
     if PAGE_SIZE > 0:
@@ -196,15 +219,15 @@ def mla_decode_kernel(
             valid = in_range & (slot >= 0) & (slot < num_kv_rows)
             kv_off = slot.to(tl.int64) * stride_kv_row
         kv_row = kv_ptr + kv_off[:, None]
-        k_nope = tl.load(kv_row + dv[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, D_V]
-        if UPCAST_QK:
-            k_nope = k_nope.to(tl.bfloat16)
-        s = tl.dot(q_nope, tl.trans(k_nope))
+        k_lo = tl.load(kv_row + dh[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, D_V / 2]
+        k_hi = tl.load(kv_row + D_V // 2 + dh[None, :], mask=valid[:, None], other=0.0)
+        s = _scores(q_lo, k_lo, None, UPCAST_QK, KEYS_MAJOR)
+        s = _scores(q_hi, k_hi, s, UPCAST_QK, KEYS_MAJOR)
         if D_ROPE > 0:
             k_rope = tl.load(kv_row + D_V + dr[None, :], mask=valid[:, None], other=0.0)
-            if UPCAST_QK:
-                k_rope = k_rope.to(tl.bfloat16)
-            s = tl.dot(q_rope, tl.trans(k_rope), s)
+            s = _scores(q_rope, k_rope, s, UPCAST_QK, KEYS_MAJOR)
+        if KEYS_MAJOR:
+            s = tl.trans(s)
         s = tl.where(valid[None, :], s * scale_log2, float("-inf"))
 
         # online softmax; a row with nothing seen yet keeps m = -inf, exponentiated against 0
@@ -213,14 +236,16 @@ def mla_decode_kernel(
         alpha = tl.exp2(m_i - m_ref)
         p = tl.exp2(s - m_ref[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
         if PV_FP8:
-            acc = tl.dot((p * P_FP8_SCALE).to(k_nope.dtype), k_nope, acc)
+            p = (p * P_FP8_SCALE).to(k_lo.dtype)
         else:  # bf16 probabilities; FP8 values upcast (a no-op for bf16 rows)
-            acc = tl.dot(p.to(tl.bfloat16), k_nope.to(tl.bfloat16), acc)
+            p = p.to(tl.bfloat16)
+        acc_lo = tl.dot(p, k_lo.to(p.dtype), acc_lo * alpha[:, None])
+        acc_hi = tl.dot(p, k_hi.to(p.dtype), acc_hi * alpha[:, None])
         m_i = m_new
     if PV_FP8:
-        acc = acc * (1.0 / P_FP8_SCALE)
+        acc_lo = acc_lo * (1.0 / P_FP8_SCALE)
+        acc_hi = acc_hi * (1.0 / P_FP8_SCALE)
 
     seen = l_i > 0.0
     if not SPLIT:
@@ -232,9 +257,11 @@ def mla_decode_kernel(
             scale2 = tl.load(bmm2_scale)
         else:
             scale2 = bmm2_scale
-        o = tl.where(seen[:, None], acc * (scale2 / tl.where(seen, denom, 1.0))[:, None], 0.0)
+        o_scale = tl.where(seen, scale2 / tl.where(seen, denom, 1.0), 0.0)[:, None]
         o_row = out_ptr + batch.to(tl.int64) * stride_ob + token * stride_ot + heads[:, None] * stride_oh
-        tl.store(o_row + dv[None, :], o.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+        o_type = out_ptr.dtype.element_ty
+        tl.store(o_row + dh[None, :], (acc_lo * o_scale).to(o_type), mask=head_ok[:, None])
+        tl.store(o_row + D_V // 2 + dh[None, :], (acc_hi * o_scale).to(o_type), mask=head_ok[:, None])
         if HAS_LSE:
             lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
             tl.store(lse_ptr + batch * stride_lb + token * stride_lt + heads * stride_lh, lse, mask=head_ok)
@@ -244,8 +271,10 @@ def mla_decode_kernel(
         workspace_ptr = (workspace_ptr + workspace_pad).to(tl.pointer_type(tl.float32))
         part_rows = (tl.num_programs(0) // (head_blocks * num_splits)) * num_heads
         part_row = (split * part_rows + row * num_heads + heads).to(tl.int64)
-        o = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
-        tl.store(workspace_ptr + part_row[:, None] * D_V + dv[None, :], o, mask=head_ok[:, None])
+        o_scale = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)[:, None]
+        o_part = workspace_ptr + part_row[:, None] * D_V
+        tl.store(o_part + dh[None, :], acc_lo * o_scale, mask=head_ok[:, None])
+        tl.store(o_part + D_V // 2 + dh[None, :], acc_hi * o_scale, mask=head_ok[:, None])
         lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
         lse_part = workspace_ptr + num_splits * part_rows.to(tl.int64) * D_V
         tl.store(lse_part + part_row, lse, mask=head_ok)
@@ -450,6 +479,7 @@ def mla_decode(
         HAS_SINKS=has_sinks, HAS_LSE=has_lse,
         SCALE1_ON_DEVICE=scale1_on_device, SCALE2_ON_DEVICE=scale2_on_device, FP8=fp8,
         PV_FP8=fp8 and config.pv_fp8, UPCAST_QK=fp8 and config.upcast_qk,
+        KEYS_MAJOR=config.keys_major,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if num_splits > 1:
