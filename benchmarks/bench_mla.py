@@ -153,63 +153,73 @@ def bench_decode(copy_bw, rows, reference_shapes, targets_only):
         del case
 
 
-# (block_h, block_n, num_warps, num_stages, pv_fp8, keys_major) candidates per (dtype, many heads)
-TUNE_SHAPES = {
-    ("fp8", True): [(64, 32, 8, 3, False, False), (64, 32, 8, 3, True, False), (64, 64, 8, 3, True, False),
-                    (64, 64, 8, 2, False, False), (64, 128, 8, 2, True, True), (64, 128, 8, 3, True, True),
-                    (64, 128, 8, 2, False, True), (64, 64, 8, 3, True, True)],
-    ("bf16", True): [(64, 32, 8, 3, False, False), (64, 32, 8, 2, False, False), (64, 64, 8, 2, False, False),
-                     (64, 64, 8, 2, False, True), (64, 128, 8, 1, False, True)],
-    ("fp8", False): [(16, 32, 4, 3, False, False), (16, 64, 4, 3, False, False), (16, 64, 4, 3, False, True),
-                     (16, 128, 8, 2, False, True), (16, 32, 4, 4, False, False)],
-    ("bf16", False): [(16, 64, 4, 3, False, False), (16, 32, 4, 3, False, False), (16, 64, 4, 3, False, True),
-                      (16, 128, 8, 2, False, True)],
+# DecodeConfig fields (block_h, block_n, num_warps, num_stages, pv_fp8, upcast_qk, keys_major)
+# tried per (dtype, more than 32 heads)
+TUNE_TILES = {
+    ("fp8", True): [(64, 64, 8, 2, 0, 0, 0), (64, 64, 8, 3, 0, 0, 0), (64, 64, 8, 4, 0, 0, 0),
+                    (64, 128, 8, 1, 0, 0, 1), (64, 128, 8, 2, 0, 0, 1), (64, 32, 8, 3, 0, 0, 0)],
+    ("bf16", True): [(64, 128, 8, 1, 0, 0, 1), (64, 64, 8, 2, 0, 0, 0), (64, 64, 8, 3, 0, 0, 0),
+                     (64, 64, 8, 1, 0, 0, 1)],
+    ("fp8", False): [(16, 32, 4, 3, 0, 1, 0), (16, 64, 4, 3, 0, 1, 0), (16, 64, 4, 4, 0, 1, 0),
+                     (16, 64, 4, 3, 0, 0, 1), (16, 128, 8, 2, 0, 0, 1)],
+    ("bf16", False): [(16, 64, 4, 3, 0, 0, 0), (16, 64, 4, 4, 0, 0, 0), (16, 64, 4, 3, 0, 0, 1),
+                      (16, 128, 8, 2, 0, 0, 1)],
 }  # fmt: skip
-
-
-def tune_variants(kind, batch, heads, base):
-    """(config, splits) candidates: tile shapes on the one-split shapes (batch 128), split counts
-    around the plan's on the split ones (each variant costs a compile, so the two do not cross)."""
-    fp8 = kind == "fp8"
-    default = base.fp8_config if fp8 else base.bf16_config
-    if base.num_splits > 1:
-        for splits in sorted({max(1, base.num_splits // 2), base.num_splits, min(64, base.num_splits * 2)}):
-            yield default, splits
-        return
-    for block_h, block_n, warps, stages, pv_fp8, keys_major in TUNE_SHAPES[kind, heads > 32]:
-        upcast = default.upcast_qk and not keys_major
-        yield mla_decode.DecodeConfig(block_h, block_n, warps, stages, default.programs_per_sm, pv_fp8,
-                                      upcast, keys_major), 1  # fmt: skip
+TUNE_SHAPES = ((128, 128), (128, 64), (128, 16), (1, 128), (32, 128), (8, 16))
 
 
 def tune(copy_bw, rows):
-    """Time candidate tile configurations and split counts on the key decode shapes."""
+    """Time candidate tiles at the plan's split count on the key decode shapes, then the best
+    tile at half and twice that count. The batch-128 shapes try every tile; the others only the
+    two fastest so far of their class (each tile costs a compile)."""
+    ranking = {}  # (dtype, many heads) -> {tile: summed time}
     for kind, dtype in DTYPES.items():
-        for batch, heads in ((128, 128), (128, 64), (128, 16), (1, 128), (32, 128), (8, 16)):
+        for batch, heads in TUNE_SHAPES:
             case = sparse_case(batch, heads, 1, dtype)
             base = _cuda.decode_plan(batch, 1, heads, TOPK, case["query"].device)
-            for config, splits in tune_variants(kind, batch, heads, base):
-                plan = mla_decode.DecodePlan(splits, triton.cdiv(heads, config.block_h), config, config)
-                try:
-                    run_sparse(_cuda, case, plan)
-                    err = oracle_error(case)
-                    ms = median_ms(lambda case=case, plan=plan: run_sparse(_cuda, case, plan))
-                except Exception as exc:  # a config that does not compile or fit is reported
-                    print(f"tune {kind} B={batch} H={heads} {config}: {type(exc).__name__}: {exc}"[:300])
-                    continue
-                _, flops, floor_ms = decode_roofline(batch, heads, 1, kind, copy_bw)
-                rows.append({"op": "tune", "dtype": kind, "batch": batch, "heads": heads,
-                             "config": dataclasses.asdict(config), "splits": splits,
-                             "ms": ms, "rel_err": err})  # fmt: skip
-                print(
-                    f"tune {kind:4s} B={batch:3d} H={heads:3d} bh={config.block_h:3d} bn={config.block_n:3d} "
-                    f"w={config.num_warps:2d} st={config.num_stages} pv8={int(config.pv_fp8)} "
-                    f"km={int(config.keys_major)} up={int(config.upcast_qk)} splits={splits:2d} "
-                    f"{ms * 1e3:8.1f} us {flops / ms * 1e-9:6.1f} TFLOP/s floor {floor_ms * 1e3:6.1f} us "
-                    f"err {err:.1e}",
-                    flush=True,
-                )
+            cls = (kind, heads > 32)
+            seen = ranking.setdefault(cls, {})
+            tiles = TUNE_TILES[cls] if batch == 128 or not seen else sorted(seen, key=seen.get)[:2]
+            results = {}
+            for tile in tiles:
+                results[tile] = tune_one(copy_bw, rows, kind, case, batch, heads, tile, base.num_splits)
+            best = min((t for t in results if results[t] is not None), key=results.get, default=None)
+            if batch == 128:
+                for tile, ms in results.items():
+                    if ms is not None:
+                        seen[tile] = seen.get(tile, 0.0) + ms
+            if best is None:
+                continue
+            for splits in sorted(
+                {max(1, base.num_splits // 2), min(64, base.num_splits * 2)} - {base.num_splits}
+            ):
+                tune_one(copy_bw, rows, kind, case, batch, heads, best, splits)
             del case
+
+
+def tune_one(copy_bw, rows, kind, case, batch, heads, tile, splits):
+    """Time one (tile, splits) on ``case``; None when it does not compile or fit."""
+    block_h, block_n, warps, stages, pv_fp8, upcast_qk, keys_major = tile
+    config = mla_decode.DecodeConfig(block_h, block_n, warps, stages, 1, bool(pv_fp8), bool(upcast_qk),
+                                     bool(keys_major))  # fmt: skip
+    plan = mla_decode.DecodePlan(splits, triton.cdiv(heads, block_h), config, config)
+    try:
+        run_sparse(_cuda, case, plan)
+        err = oracle_error(case)
+        ms = median_ms(lambda: run_sparse(_cuda, case, plan))
+    except Exception as exc:  # a config that does not compile or fit is reported
+        print(f"tune {kind} B={batch} H={heads} {tile}: {type(exc).__name__}: {exc}"[:300], flush=True)
+        return None
+    _, flops, floor_ms = decode_roofline(batch, heads, 1, kind, copy_bw)
+    rows.append({"op": "tune", "dtype": kind, "batch": batch, "heads": heads,
+                 "config": dataclasses.asdict(config), "splits": splits, "ms": ms, "rel_err": err})  # fmt: skip
+    print(
+        f"tune {kind:4s} B={batch:3d} H={heads:3d} bh={block_h:3d} bn={block_n:3d} w={warps:2d} st={stages} "
+        f"pv8={pv_fp8} up={upcast_qk} km={keys_major} splits={splits:2d} {ms * 1e3:8.1f} us "
+        f"{flops / ms * 1e-9:6.1f} TFLOP/s floor {floor_ms * 1e3:6.1f} us err {err:.1e}",
+        flush=True,
+    )
+    return ms
 
 
 # ----------------------------------------------------------------------------- RoPE

@@ -1,0 +1,37 @@
+"""Run one sparse MLA decode a few times, for a profiler (``ncu``/``nsys``) to attach to.
+
+Run::
+
+    PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-mla/src \\
+        ncu --section SpeedOfLight --section WarpStateStats -k regex:mla_decode -c 1 \\
+        python3 benchmarks/profile_decode.py --batch 128 --heads 128 --dtype fp8
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import bench_mla
+import torch
+
+from flashinfer.mla import _cuda
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--heads", type=int, default=128)
+    parser.add_argument("--q-len", type=int, default=1)
+    parser.add_argument("--dtype", choices=sorted(bench_mla.DTYPES), default="fp8")
+    parser.add_argument("--calls", type=int, default=3)
+    args = parser.parse_args()
+    case = bench_mla.sparse_case(args.batch, args.heads, args.q_len, bench_mla.DTYPES[args.dtype])
+    plan = _cuda.decode_plan(args.batch, args.q_len, args.heads, bench_mla.TOPK, case["query"].device)
+    print(plan, flush=True)
+    for _ in range(args.calls):
+        bench_mla.run_sparse(_cuda, case, plan)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
