@@ -233,12 +233,12 @@ def test_sparse_decode(kernels, seed, dtype, heads, q_len, dim, splits, with_sin
 
 
 TILE_VARIANTS = [
-    # block_h, block_n, warps, stages, pv_fp8, upcast_qk, keys_major
-    (64, 32, 8, 3, True, False, False),
-    (64, 128, 8, 2, True, False, True),
-    (64, 64, 8, 2, False, False, True),
-    (16, 64, 4, 3, False, True, False),
-    (16, 32, 4, 3, False, False, True),
+    # block_h, block_n, warps, stages, pv_fp8, upcast_qk, keys_major, reload_q
+    (64, 32, 8, 3, True, False, False, False),
+    (64, 128, 8, 2, True, False, True, False),
+    (64, 64, 8, 2, False, False, True, True),
+    (16, 64, 4, 3, False, True, False, True),
+    (16, 32, 4, 3, False, False, True, False),
 ]
 
 
@@ -250,10 +250,10 @@ def test_sparse_decode_tile_variants(kernels, seed, dtype, tile):
     """Every tile shape the planner or the tuner may pick computes the same attention
     (FP8 probabilities, keys on the MMA's M axis, masked head blocks, two splits)."""
     _, md = kernels
-    block_h, block_n, warps, stages, pv_fp8, upcast_qk, keys_major = tile
+    block_h, block_n, warps, stages, pv_fp8, upcast_qk, keys_major, reload_q = tile
     batch, q_len, heads, topk, slots = 3, 2, 20, 160, 400
     case = sparse_case(batch, q_len, heads, 576, topk, slots, dtype)
-    config = md.DecodeConfig(block_h, block_n, warps, stages, 1, pv_fp8, upcast_qk, keys_major)
+    config = md.DecodeConfig(block_h, block_n, warps, stages, 1, pv_fp8, upcast_qk, keys_major, reload_q, 128)
     plan = md.DecodePlan(2, -(-heads // block_h), config, config)
     out = torch.full((batch, q_len, heads, 512), math.nan, dtype=torch.bfloat16)
     lse = torch.full((batch, q_len, heads), math.nan)

@@ -71,6 +71,14 @@ class DecodeConfig:
         Compute the scores as ``K Q^T`` (keys on the MMA's M axis) and transpose the result.
         Triton gives a dot that feeds another dot all its warps along M; with heads on M, a
         64-head tile on 8 warps computes QK^T twice, with ``BLOCK_N`` keys on M it does not.
+    reload_q : bool
+        Load the query tile inside the key loop (an L1 hit) instead of keeping it in registers
+        across the loop: a register-resident MMA operand is replicated in every warp (72
+        registers a thread for 64 FP8 heads on 8 warps), which forces spills or one program per
+        multiprocessor.
+    maxnreg : int or None
+        Register cap per thread (Triton's ``maxnreg``): trades spills for more programs per
+        multiprocessor on the memory-bound small-head tiles.
     """
 
     block_h: int
@@ -81,6 +89,8 @@ class DecodeConfig:
     pv_fp8: bool = False
     upcast_qk: bool = False
     keys_major: bool = False
+    reload_q: bool = False
+    maxnreg: int | None = None
 
 
 def decode_config(heads: int, fp8: bool) -> DecodeConfig:
@@ -95,6 +105,14 @@ def decode_config(heads: int, fp8: bool) -> DecodeConfig:
     if heads > 16:
         return DecodeConfig(32, 32, num_warps=8, num_stages=3, programs_per_sm=2, upcast_qk=fp8)
     return DecodeConfig(16, 32 if fp8 else 64, num_warps=4, num_stages=3, programs_per_sm=2, upcast_qk=fp8)
+
+
+@triton.jit
+def _load_q(ptrs, offs, head_ok, UPCAST_QK: tl.constexpr):
+    q = tl.load(ptrs + offs[None, :], mask=head_ok[:, None], other=0.0)
+    if UPCAST_QK:
+        q = q.to(tl.bfloat16)
+    return q
 
 
 @triton.jit
@@ -159,6 +177,7 @@ def mla_decode_kernel(
     PV_FP8: tl.constexpr,
     UPCAST_QK: tl.constexpr,
     KEYS_MAJOR: tl.constexpr,
+    RELOAD_Q: tl.constexpr,
 ):
     # program -> (head block, split, query token): head blocks of one chunk are neighbours, so
     # the second gather of the same rows hits L2
@@ -183,16 +202,13 @@ def mla_decode_kernel(
     # (FP8 upcast or transpose for the PV dot) holds half a tile at a time
     dh = tl.arange(0, D_V // 2)
     q_row = q_ptr + batch.to(tl.int64) * stride_qb + token * stride_qt + heads[:, None] * stride_qh
-    q_lo = tl.load(q_row + dh[None, :], mask=head_ok[:, None], other=0.0)
-    q_hi = tl.load(q_row + D_V // 2 + dh[None, :], mask=head_ok[:, None], other=0.0)
-    if UPCAST_QK:
-        q_lo = q_lo.to(tl.bfloat16)
-        q_hi = q_hi.to(tl.bfloat16)
     if D_ROPE > 0:
         dr = tl.arange(0, D_ROPE)
-        q_rope = tl.load(q_row + D_V + dr[None, :], mask=head_ok[:, None], other=0.0)
-        if UPCAST_QK:
-            q_rope = q_rope.to(tl.bfloat16)
+    if not RELOAD_Q:
+        q_lo = _load_q(q_row, dh, head_ok, UPCAST_QK)
+        q_hi = _load_q(q_row + D_V // 2, dh, head_ok, UPCAST_QK)
+        if D_ROPE > 0:
+            q_rope = _load_q(q_row + D_V, dr, head_ok, UPCAST_QK)
 
     if SCALE1_ON_DEVICE:
         scale_log2 = tl.load(bmm1_scale) * LOG2E
@@ -221,6 +237,12 @@ def mla_decode_kernel(
         kv_row = kv_ptr + kv_off[:, None]
         k_lo = tl.load(kv_row + dh[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, D_V / 2]
         k_hi = tl.load(kv_row + D_V // 2 + dh[None, :], mask=valid[:, None], other=0.0)
+        if RELOAD_Q:  # the loop-dependent (always true) mask keeps the loads in the loop
+            q_ok = head_ok & (heads * 0 + pos0 < end)
+            q_lo = _load_q(q_row, dh, q_ok, UPCAST_QK)
+            q_hi = _load_q(q_row + D_V // 2, dh, q_ok, UPCAST_QK)
+            if D_ROPE > 0:
+                q_rope = _load_q(q_row + D_V, dr, q_ok, UPCAST_QK)
         s = _scores(q_lo, k_lo, None, UPCAST_QK, KEYS_MAJOR)
         s = _scores(q_hi, k_hi, s, UPCAST_QK, KEYS_MAJOR)
         if D_ROPE > 0:
@@ -479,8 +501,9 @@ def mla_decode(
         HAS_SINKS=has_sinks, HAS_LSE=has_lse,
         SCALE1_ON_DEVICE=scale1_on_device, SCALE2_ON_DEVICE=scale2_on_device, FP8=fp8,
         PV_FP8=fp8 and config.pv_fp8, UPCAST_QK=fp8 and config.upcast_qk,
-        KEYS_MAJOR=config.keys_major,
+        KEYS_MAJOR=config.keys_major, RELOAD_Q=config.reload_q,
         num_warps=config.num_warps, num_stages=config.num_stages,
+        **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
     )  # fmt: skip
     if num_splits > 1:
         mla_combine_kernel[(part_rows,)](
