@@ -95,13 +95,15 @@ class DecodeConfig:
 
 def decode_config(heads: int, fp8: bool) -> DecodeConfig:
     """The tile shape for ``heads`` query heads (FP8 or BF16 operands)."""
-    # Chosen from ptxas' register and stack report on sm_90 (no spills, or the fewest).
+    # Measured on an H200 with `benchmarks/bench_mla.py --tune` (benchmarks/RESULTS.md).
     # 64 heads fill the M of one Hopper wgmma; 8 warps split the [64, 512] fp32 accumulator
-    # over two warpgroups (128 registers a thread); 32-key steps leave room for the pipeline.
+    # over two warpgroups (128 registers a thread), which leaves one program a multiprocessor;
+    # 64-key steps beat 32 (437 -> 349 us for FP8 at batch 128, 128 heads) and beat the
+    # keys-major 128-key tile, whose V round trip spills.
     # Fewer heads are memory-bound and run on mma.sync: small tiles, two programs a
     # multiprocessor, FP8 rows upcast for QK^T (mma.sync's FP8 operands spill).
     if heads > 32:
-        return DecodeConfig(64, 32, num_warps=8, num_stages=3 if fp8 else 2, programs_per_sm=1)
+        return DecodeConfig(64, 64, num_warps=8, num_stages=2 if fp8 else 3, programs_per_sm=1)
     if heads > 16:
         return DecodeConfig(32, 32, num_warps=8, num_stages=3, programs_per_sm=2, upcast_qk=fp8)
     return DecodeConfig(16, 32 if fp8 else 64, num_warps=4, num_stages=3, programs_per_sm=2, upcast_qk=fp8)
