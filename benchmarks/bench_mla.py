@@ -154,18 +154,15 @@ def bench_decode(copy_bw, rows, reference_shapes, targets_only):
         del case
 
 
-# DecodeConfig fields (block_h, block_n, num_warps, num_stages, pv_fp8, upcast_qk, keys_major,
-# reload_q, maxnreg) tried per (dtype, more than 32 heads)
+# DecodeConfig fields (block_h, block_n, num_warps, num_stages, upcast_qk) tried per (dtype, more
+# than 32 heads); the first is the planner's. Variants measured slower and since removed from the
+# kernel (keys-major scores, FP8 PV, query reload, register caps) are in benchmarks/RESULTS.md.
 TUNE_TILES = {
-    ("fp8", True): [(64, 64, 8, 2, 0, 0, 0, 0, 0), (64, 64, 8, 2, 0, 0, 0, 1, 0), (64, 64, 8, 3, 0, 0, 0, 1, 0),
-                    (64, 128, 8, 1, 0, 0, 1, 1, 0), (32, 32, 4, 3, 0, 1, 0, 0, 0)],
-    ("bf16", True): [(64, 64, 8, 3, 0, 0, 0, 0, 0), (64, 64, 8, 3, 0, 0, 0, 1, 0), (64, 64, 8, 2, 0, 0, 0, 1, 0),
-                     (64, 128, 8, 1, 0, 0, 1, 0, 0), (32, 32, 4, 3, 0, 0, 0, 0, 0)],
-    ("fp8", False): [(16, 32, 4, 3, 0, 1, 0, 0, 0), (16, 32, 4, 3, 0, 1, 0, 0, 128), (16, 32, 4, 3, 0, 1, 0, 1, 0),
-                     (16, 32, 4, 3, 0, 1, 0, 0, 168)],
-    ("bf16", False): [(16, 64, 4, 3, 0, 0, 0, 0, 0), (16, 64, 4, 3, 0, 0, 0, 0, 128), (16, 64, 4, 3, 0, 0, 0, 0, 168),
-                      (16, 32, 4, 3, 0, 0, 0, 0, 128)],
-}  # fmt: skip
+    ("fp8", True): [(64, 64, 8, 2, 0), (64, 64, 8, 3, 0), (64, 32, 8, 3, 0), (32, 32, 4, 3, 1)],
+    ("bf16", True): [(64, 64, 8, 3, 0), (64, 64, 8, 2, 0), (64, 32, 8, 3, 0), (32, 32, 4, 3, 0)],
+    ("fp8", False): [(16, 32, 4, 3, 1), (16, 64, 4, 3, 1), (16, 64, 4, 4, 1)],
+    ("bf16", False): [(16, 64, 4, 3, 0), (16, 64, 4, 4, 0), (16, 32, 4, 3, 0)],
+}
 TUNE_SHAPES = ((128, 128), (128, 64), (128, 16), (1, 128), (32, 128), (8, 16))
 
 
@@ -200,9 +197,8 @@ def tune(copy_bw, rows):
 
 def tune_one(copy_bw, rows, kind, case, batch, heads, tile, splits):
     """Time one (tile, splits) on ``case``; None when it does not compile or fit."""
-    block_h, block_n, warps, stages, pv_fp8, upcast_qk, keys_major, reload_q, maxnreg = tile
-    config = mla_decode.DecodeConfig(block_h, block_n, warps, stages, 1, bool(pv_fp8), bool(upcast_qk),
-                                     bool(keys_major), bool(reload_q), maxnreg or None)  # fmt: skip
+    block_h, block_n, warps, stages, upcast_qk = tile
+    config = mla_decode.DecodeConfig(block_h, block_n, warps, stages, 1, bool(upcast_qk))
     plan = mla_decode.DecodePlan(splits, triton.cdiv(heads, block_h), config, config)
     try:
         run_sparse(_cuda, case, plan)
@@ -217,7 +213,7 @@ def tune_one(copy_bw, rows, kind, case, batch, heads, tile, splits):
                  "config": dataclasses.asdict(config), "splits": splits, "ms": ms, "rel_err": err})  # fmt: skip
     print(
         f"tune {kind:4s} B={batch:3d} H={heads:3d} bh={block_h:3d} bn={block_n:3d} w={warps:2d} st={stages} "
-        f"pv8={pv_fp8} up={upcast_qk} km={keys_major} rq={reload_q} mr={maxnreg:3d} splits={splits:2d} {ms * 1e3:8.1f} us "
+        f"up={upcast_qk} splits={splits:2d} {ms * 1e3:8.1f} us "
         f"{flops / ms * 1e-9:6.1f} TFLOP/s floor {floor_ms * 1e3:6.1f} us err {err:.1e}",
         flush=True,
     )

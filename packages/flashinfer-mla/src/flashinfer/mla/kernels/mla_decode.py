@@ -23,8 +23,10 @@ Math: ``s_j = bmm1 * <q, K_j>`` in the exp2 domain (``bmm1 * log2(e)``), online 
 
 Schedule: all heads share the gathered rows (MQA), so a program takes ``BLOCK_H`` heads of one
 query token and one chunk of its key list: QK^T is a ``[BLOCK_H, D] x [D, BLOCK_N]``
-tensor-core dot (FP8 x FP8 with fp32 accumulation for e4m3, bf16 otherwise) and PV a
-``[BLOCK_H, BLOCK_N] x [BLOCK_N, D_V]`` dot, both on rows loaded once. The list of each token
+tensor-core dot (FP8 x FP8 with fp32 accumulation for e4m3, bf16 otherwise) and PV a bf16
+``[BLOCK_H, BLOCK_N] x [BLOCK_N, D_V]`` dot (FP8 V upcast), both on rows loaded once; the
+latent dims are loaded, dotted and accumulated in two halves so that the upcast holds half a
+tile of V in registers at a time. The list of each token
 is cut into ``num_splits`` chunks sized from its own ``n`` on the device, so the split count is
 fixed per call shape (graph-capturable, independent of ``seq_lens``) while every split gets an
 even share. With one split the program writes ``out``/``lse`` itself; otherwise it writes a
@@ -41,9 +43,6 @@ import triton.language as tl
 
 # globals read inside kernels must be constexpr
 LOG2E = tl.constexpr(1.4426950408889634)
-# FP8 probabilities are scaled by 256 before the e4m3 cast so that small weights keep their
-# mantissa instead of flushing to zero; the accumulator is divided back once at the end.
-P_FP8_SCALE = tl.constexpr(256.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,24 +60,9 @@ class DecodeConfig:
     programs_per_sm : int
         Programs of this shape that fit on one multiprocessor at a time; the split count
         targets this many per multiprocessor.
-    pv_fp8 : bool
-        FP8 operands only: quantize the probabilities to e4m3 (scaled by 256) for an FP8 x FP8
-        PV dot, instead of a bf16 dot on upcast V.
     upcast_qk : bool
         FP8 operands only: QK^T as a bf16 dot on upcast rows. Tiles under 64 heads run on
         mma.sync, whose FP8 operand path spills registers; they are memory-bound anyway.
-    keys_major : bool
-        Compute the scores as ``K Q^T`` (keys on the MMA's M axis) and transpose the result.
-        Triton gives a dot that feeds another dot all its warps along M; with heads on M, a
-        64-head tile on 8 warps computes QK^T twice, with ``BLOCK_N`` keys on M it does not.
-    reload_q : bool
-        Load the query tile inside the key loop (an L1 hit) instead of keeping it in registers
-        across the loop: a register-resident MMA operand is replicated in every warp (72
-        registers a thread for 64 FP8 heads on 8 warps), which forces spills or one program per
-        multiprocessor.
-    maxnreg : int or None
-        Register cap per thread (Triton's ``maxnreg``): trades spills for more programs per
-        multiprocessor on the memory-bound small-head tiles.
     """
 
     block_h: int
@@ -86,11 +70,7 @@ class DecodeConfig:
     num_warps: int
     num_stages: int
     programs_per_sm: int
-    pv_fp8: bool = False
     upcast_qk: bool = False
-    keys_major: bool = False
-    reload_q: bool = False
-    maxnreg: int | None = None
 
 
 def decode_config(heads: int, fp8: bool) -> DecodeConfig:
@@ -98,8 +78,10 @@ def decode_config(heads: int, fp8: bool) -> DecodeConfig:
     # Measured on an H200 with `benchmarks/bench_mla.py --tune` (benchmarks/RESULTS.md).
     # 64 heads fill the M of one Hopper wgmma; 8 warps split the [64, 512] fp32 accumulator
     # over two warpgroups (128 registers a thread), which leaves one program a multiprocessor;
-    # 64-key steps beat 32 (437 -> 349 us for FP8 at batch 128, 128 heads) and beat the
-    # keys-major 128-key tile, whose V round trip spills.
+    # 64-key steps beat 32 (437 -> 349 us for FP8 at batch 128, 128 heads). Also measured and
+    # slower: keys-major 128-key tiles (no duplicated QK^T, but the V round trip spills), FP8
+    # probabilities with an FP8 PV dot (Triton transposes V through registers), the query
+    # reloaded in the loop, register caps, 32-head tiles on 4 warps.
     # Fewer heads are memory-bound and run on mma.sync: small tiles, two programs a
     # multiprocessor, FP8 rows upcast for QK^T (mma.sync's FP8 operands spill).
     if heads > 32:
@@ -118,15 +100,11 @@ def _load_q(ptrs, offs, head_ok, UPCAST_QK: tl.constexpr):
 
 
 @triton.jit
-def _scores(q, k, acc, UPCAST_QK: tl.constexpr, KEYS_MAJOR: tl.constexpr):
-    # one slice of the scores: [BLOCK_H, BLOCK_N] = q k^T, or its transpose with keys on M
+def _scores(q, k, acc, UPCAST_QK: tl.constexpr):
+    # one slice of the scores: [BLOCK_H, BLOCK_N] += q k^T
     if UPCAST_QK:
         k = k.to(tl.bfloat16)
-    if KEYS_MAJOR:
-        s = tl.dot(k, tl.trans(q), acc)
-    else:
-        s = tl.dot(q, tl.trans(k), acc)
-    return s
+    return tl.dot(q, tl.trans(k), acc)
 
 
 @triton.jit
@@ -175,11 +153,7 @@ def mla_decode_kernel(
     HAS_LSE: tl.constexpr,
     SCALE1_ON_DEVICE: tl.constexpr,
     SCALE2_ON_DEVICE: tl.constexpr,
-    FP8: tl.constexpr,
-    PV_FP8: tl.constexpr,
     UPCAST_QK: tl.constexpr,
-    KEYS_MAJOR: tl.constexpr,
-    RELOAD_Q: tl.constexpr,
 ):
     # program -> (head block, split, query token): head blocks of one chunk are neighbours, so
     # the second gather of the same rows hits L2
@@ -201,16 +175,15 @@ def mla_decode_kernel(
     heads = head_block * BLOCK_H + tl.arange(0, BLOCK_H)
     head_ok = heads < num_heads
     # the latent part is handled in two halves (lo, hi) so that the register round trip of V
-    # (FP8 upcast or transpose for the PV dot) holds half a tile at a time
+    # (the FP8 upcast for the PV dot) holds half a tile at a time
     dh = tl.arange(0, D_V // 2)
     q_row = q_ptr + batch.to(tl.int64) * stride_qb + token * stride_qt + heads[:, None] * stride_qh
     if D_ROPE > 0:
         dr = tl.arange(0, D_ROPE)
-    if not RELOAD_Q:
-        q_lo = _load_q(q_row, dh, head_ok, UPCAST_QK)
-        q_hi = _load_q(q_row + D_V // 2, dh, head_ok, UPCAST_QK)
-        if D_ROPE > 0:
-            q_rope = _load_q(q_row + D_V, dr, head_ok, UPCAST_QK)
+    q_lo = _load_q(q_row, dh, head_ok, UPCAST_QK)
+    q_hi = _load_q(q_row + D_V // 2, dh, head_ok, UPCAST_QK)
+    if D_ROPE > 0:
+        q_rope = _load_q(q_row + D_V, dr, head_ok, UPCAST_QK)
 
     if SCALE1_ON_DEVICE:
         scale_log2 = tl.load(bmm1_scale) * LOG2E
@@ -239,19 +212,11 @@ def mla_decode_kernel(
         kv_row = kv_ptr + kv_off[:, None]
         k_lo = tl.load(kv_row + dh[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, D_V / 2]
         k_hi = tl.load(kv_row + D_V // 2 + dh[None, :], mask=valid[:, None], other=0.0)
-        if RELOAD_Q:  # the loop-dependent (always true) mask keeps the loads in the loop
-            q_ok = head_ok & (heads * 0 + pos0 < end)
-            q_lo = _load_q(q_row, dh, q_ok, UPCAST_QK)
-            q_hi = _load_q(q_row + D_V // 2, dh, q_ok, UPCAST_QK)
-            if D_ROPE > 0:
-                q_rope = _load_q(q_row + D_V, dr, q_ok, UPCAST_QK)
-        s = _scores(q_lo, k_lo, None, UPCAST_QK, KEYS_MAJOR)
-        s = _scores(q_hi, k_hi, s, UPCAST_QK, KEYS_MAJOR)
+        s = _scores(q_lo, k_lo, None, UPCAST_QK)
+        s = _scores(q_hi, k_hi, s, UPCAST_QK)
         if D_ROPE > 0:
             k_rope = tl.load(kv_row + D_V + dr[None, :], mask=valid[:, None], other=0.0)
-            s = _scores(q_rope, k_rope, s, UPCAST_QK, KEYS_MAJOR)
-        if KEYS_MAJOR:
-            s = tl.trans(s)
+            s = _scores(q_rope, k_rope, s, UPCAST_QK)
         s = tl.where(valid[None, :], s * scale_log2, float("-inf"))
 
         # online softmax; a row with nothing seen yet keeps m = -inf, exponentiated against 0
@@ -260,16 +225,10 @@ def mla_decode_kernel(
         alpha = tl.exp2(m_i - m_ref)
         p = tl.exp2(s - m_ref[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        if PV_FP8:
-            p = (p * P_FP8_SCALE).to(k_lo.dtype)
-        else:  # bf16 probabilities; FP8 values upcast (a no-op for bf16 rows)
-            p = p.to(tl.bfloat16)
-        acc_lo = tl.dot(p, k_lo.to(p.dtype), acc_lo * alpha[:, None])
-        acc_hi = tl.dot(p, k_hi.to(p.dtype), acc_hi * alpha[:, None])
+        p = p.to(tl.bfloat16)  # FP8 values are upcast for the PV dot (a no-op for bf16 rows)
+        acc_lo = tl.dot(p, k_lo.to(tl.bfloat16), acc_lo * alpha[:, None])
+        acc_hi = tl.dot(p, k_hi.to(tl.bfloat16), acc_hi * alpha[:, None])
         m_i = m_new
-    if PV_FP8:
-        acc_lo = acc_lo * (1.0 / P_FP8_SCALE)
-        acc_hi = acc_hi * (1.0 / P_FP8_SCALE)
 
     seen = l_i > 0.0
     if not SPLIT:
@@ -501,11 +460,9 @@ def mla_decode(
         D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=page_size,
         BLOCK_H=config.block_h, BLOCK_N=config.block_n, SPLIT=num_splits > 1,
         HAS_SINKS=has_sinks, HAS_LSE=has_lse,
-        SCALE1_ON_DEVICE=scale1_on_device, SCALE2_ON_DEVICE=scale2_on_device, FP8=fp8,
-        PV_FP8=fp8 and config.pv_fp8, UPCAST_QK=fp8 and config.upcast_qk,
-        KEYS_MAJOR=config.keys_major, RELOAD_Q=config.reload_q,
+        SCALE1_ON_DEVICE=scale1_on_device, SCALE2_ON_DEVICE=scale2_on_device,
+        UPCAST_QK=fp8 and config.upcast_qk,
         num_warps=config.num_warps, num_stages=config.num_stages,
-        **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
     )  # fmt: skip
     if num_splits > 1:
         mla_combine_kernel[(part_rows,)](
