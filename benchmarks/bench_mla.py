@@ -400,28 +400,34 @@ def main():
     meta["implementation"] = f"flashinfer {getattr(flashinfer, '__version__', '?')} ({flashinfer.__file__})"
     print(meta, flush=True)
     rows = []
-    if args.upstream:
-        bench_rope(copy_bw, rows, upstream=True)
-    elif args.tune:
-        tune(copy_bw, rows)
-    else:
-        if not args.skip_rope:
-            bench_rope(copy_bw, rows)
-        if not args.skip_decode:
-            reference_shapes = {
-                ("fp8", 1, 128, 1),
-                ("bf16", 1, 128, 1),
-                ("fp8", 8, 16, 1),
-                ("fp8", 32, 128, 1),
-            }
-            bench_decode(copy_bw, rows, reference_shapes, args.targets_only)
-        plot(rows, os.path.join(args.out, "bench_mla.png"))
+    try:
+        if args.upstream:
+            bench_rope(copy_bw, rows, upstream=True)
+        elif args.tune:
+            tune(copy_bw, rows)
+        else:
+            if not args.skip_rope:
+                bench_rope(copy_bw, rows)
+            if not args.skip_decode:
+                reference_shapes = {
+                    ("fp8", 1, 128, 1),
+                    ("bf16", 1, 128, 1),
+                    ("fp8", 8, 16, 1),
+                    ("fp8", 32, 128, 1),
+                }
+                bench_decode(copy_bw, rows, reference_shapes, args.targets_only)
+    finally:  # a run cut short (SIGINT) keeps what it measured
+        write_results(args, meta, rows)
+
+
+def write_results(args, meta, rows):
     name = "tune_mla.json" if args.tune else "upstream_mla.json" if args.upstream else "bench_mla.json"
     with open(os.path.join(args.out, name), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     if not args.tune and not args.upstream:
         with open(os.path.join(args.out, "bench_mla.md"), "w") as f:
             f.write(markdown(meta, rows))
+        plot(rows, os.path.join(args.out, "bench_mla.png"))
 
 
 if __name__ == "__main__":
