@@ -98,14 +98,16 @@ def fp8_poisoned(*shape, dtype):
     return torch.full(shape, FP8_NAN_BITS, dtype=torch.uint8).view(dtype)
 
 
+@pytest.mark.parametrize("k_2d", [True, False], ids=["k-2d", "k-3d-view"])
 @pytest.mark.parametrize("is_neox", [True, False])
 @pytest.mark.parametrize("out_dtype", [E4M3, E5M2])
 @pytest.mark.parametrize(
     ("in_dtype", "cache_dtype", "pos_dtype"),
     [(torch.bfloat16, torch.float32, torch.int64), (torch.float16, torch.bfloat16, torch.int32)],
 )
-def test_rope_mla_merged_outputs(kernels, seed, is_neox, out_dtype, in_dtype, cache_dtype, pos_dtype):
-    """sglang's layout: transposed q_nope, sliced q_rope, 2-D K as a view, merged q output."""
+def test_rope_mla_merged_outputs(kernels, seed, k_2d, is_neox, out_dtype, in_dtype, cache_dtype, pos_dtype):
+    """sglang's layout: transposed q_nope, sliced q_rope, 2-D K (as given, or as a one-head
+    3-D view), merged q output."""
     rope, _ = kernels
     nnz, heads, nope, rdim, max_pos = 5, 7, 96, 64, 40
     q_nope = torch.randn(heads, nnz, nope).to(in_dtype).transpose(0, 1)
@@ -117,9 +119,10 @@ def test_rope_mla_merged_outputs(kernels, seed, is_neox, out_dtype, in_dtype, ca
     q_out = fp8_poisoned(nnz, heads, nope + rdim, dtype=out_dtype)
     k_out = fp8_poisoned(nnz, nope + rdim, dtype=out_dtype)
     scale_q, scale_kv = 3.0, 0.5
+    k_in, k_dst = (latent, k_out) if k_2d else (latent[:, None], k_out[:, None])
     rope.rope_quantize(
-        q_rope, latent[:, None, nope:], q_nope, latent[:, None, :nope], cache, pos, is_neox,
-        scale_q, scale_kv, q_out[..., nope:], k_out[:, None, nope:], q_out[..., :nope], k_out[:, None, :nope],
+        q_rope, k_in[..., nope:], q_nope, k_in[..., :nope], cache, pos, is_neox,
+        scale_q, scale_kv, q_out[..., nope:], k_dst[..., nope:], q_out[..., :nope], k_dst[..., :nope],
     )  # fmt: skip
     assert_fp8_close(q_out[..., nope:], rope_oracle(q_rope, cache, pos, is_neox, scale_q, valid), out_dtype)
     k_ref = rope_oracle(latent[:, None, nope:], cache, pos, is_neox, scale_kv, valid)[:, 0]

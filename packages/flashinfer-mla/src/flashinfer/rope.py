@@ -113,10 +113,10 @@ def rope_quantize_fp8(
     given = (q_rope_out, k_rope_out, q_nope_out, k_nope_out)
     if quantize_dtype is None:
         quantize_dtype = next((o.dtype for o in given if o is not None), torch.float8_e4m3fn)
-    k_is_2d = k_rope.dim() == 2 if isinstance(k_rope, torch.Tensor) else False
     if not _args_ok(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, quantize_dtype,
                     quant_scale_q, quant_scale_kv, given):  # fmt: skip
         # Not the common, valid case: run every check to say exactly what is wrong.
+        k_is_2d = k_rope.dim() == 2 if isinstance(k_rope, torch.Tensor) else False
         q_nope, k_nope = _check_all(
             q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, quantize_dtype,
             quant_scale_q, quant_scale_kv, given, k_is_2d,
@@ -127,22 +127,10 @@ def rope_quantize_fp8(
         for out, x in zip(given, inputs)
     )
     if q_rope.shape[0] > 0:
-        as_3d = (lambda x: x.unsqueeze(1)) if k_is_2d else (lambda x: x)
         DISPATCH.module(q_rope.device).rope_quantize(
-            q_rope,
-            as_3d(k_rope),
-            q_nope,
-            as_3d(k_nope),
-            cos_sin_cache,
-            pos_ids,
-            bool(is_neox),
-            float(quant_scale_q),
-            float(quant_scale_kv),
-            q_rope_out,
-            as_3d(k_rope_out),
-            q_nope_out,
-            as_3d(k_nope_out),
-        )
+            q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, bool(is_neox),
+            float(quant_scale_q), float(quant_scale_kv), q_rope_out, k_rope_out, q_nope_out, k_nope_out,
+        )  # fmt: skip
     return q_rope_out, k_rope_out, q_nope_out, k_nope_out
 
 
@@ -169,10 +157,10 @@ def _args_ok(
             and k_rope.shape == (*k_lead, rope_dim)
             and k_nope.shape == (*k_lead, nope_dim)
             and rope_dim % 2 == 0
-            and q_rope.stride(-1) == 1
-            and q_nope.stride(-1) == 1
-            and k_rope.stride(-1) == 1
-            and k_nope.stride(-1) == 1
+            and q_rope.stride()[-1] == 1
+            and q_nope.stride()[-1] == 1
+            and k_rope.stride()[-1] == 1
+            and k_nope.stride()[-1] == 1
             and q_nope.device == device
             and k_rope.device == device
             and k_nope.device == device
@@ -197,7 +185,7 @@ def _args_ok(
                 ok = (
                     out.dtype == quantize_dtype
                     and out.shape == x.shape
-                    and out.stride(-1) == 1
+                    and out.stride()[-1] == 1
                     and out.device == device
                 )
         return ok

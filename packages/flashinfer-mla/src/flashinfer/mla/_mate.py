@@ -76,6 +76,7 @@ def rope_quantize(
     k_nope_out,
 ) -> None:
     """``mate.sparse_mla_interface.mla_rope_quantize_fp8`` when its kernel fits, else the reference."""
+    k_rope, k_nope, k_rope_out, k_nope_out = _reference.keys_3d(k_rope, k_nope, k_rope_out, k_nope_out)
     eligible = _rope_eligible(q_rope, k_rope, q_nope, k_nope, q_rope_out)
     fn = _function("mla_rope_quantize_fp8", "rope_quantize_fp8") if eligible else None
     if fn is None:

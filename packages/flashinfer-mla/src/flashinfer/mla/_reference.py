@@ -42,6 +42,11 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool
     return torch.stack((even * cos - odd * sin, odd * cos + even * sin), dim=-1).flatten(-2)
 
 
+def keys_3d(*k_tensors):
+    """2-D ``(nnz, D)`` K tensors (one K head) as ``(nnz, 1, D)`` views; 3-D ones unchanged."""
+    return tuple(k.unsqueeze(1) if k.dim() == 2 else k for k in k_tensors)
+
+
 def rope_quantize(
     q_rope,
     k_rope,
@@ -58,6 +63,7 @@ def rope_quantize(
     k_nope_out,
 ) -> None:
     """RoPE on the rope parts, scale and saturating FP8 cast on all four (docs/internals.md)."""
+    k_rope, k_nope, k_rope_out, k_nope_out = keys_3d(k_rope, k_nope, k_rope_out, k_nope_out)
     max_pos, rope_dim = cos_sin_cache.shape
     nnz = q_rope.shape[0]
     width = q_rope.shape[1] * (q_rope.shape[2] + q_nope.shape[2]) + k_rope.shape[1] * (

@@ -210,6 +210,12 @@ def _meta(rope_dim: int, nope_dim: int, num_q_heads: int, num_k_heads: int, out_
     }
 
 
+def _token_head(k):
+    # (token, head) strides of a K tensor; a 2-D one has a single head
+    strides = k.stride()
+    return strides[:2] if len(strides) == 3 else (strides[0], 0)
+
+
 # (rope_dim, nope_dim, Hq, Hk, out dtype) -> constexpr meta-parameters and head-block count
 _META_CACHE: dict = {}
 
@@ -235,7 +241,8 @@ def rope_quantize(
     ----------
     q_rope, k_rope, q_nope, k_nope : torch.Tensor
         ``(nnz, Hq, R)``, ``(nnz, Hk, R)``, ``(nnz, Hq, N)``, ``(nnz, Hk, N)`` fp16/bf16 with
-        ``stride(-1) == 1`` (or last dim <= 1); ``N`` may be 0.
+        ``stride(-1) == 1`` (or last dim <= 1); ``N`` may be 0. The K tensors may be 2-D
+        ``(nnz, R)`` / ``(nnz, N)`` (one head), as may their outputs.
     cos_sin_cache : torch.Tensor
         ``(max_pos, R)`` float32 or bf16, contiguous.
     pos_ids : torch.Tensor
@@ -248,7 +255,7 @@ def rope_quantize(
         FP8 outputs shaped like the inputs, written in place.
     """
     nnz, num_q_heads, rope_dim = q_rope.shape
-    num_k_heads = k_rope.shape[1]
+    num_k_heads = k_rope.shape[1] if k_rope.dim() == 3 else 1
     nope_dim = q_nope.shape[2]
     key = (rope_dim, nope_dim, num_q_heads, num_k_heads, q_rope_out.dtype)
     cached = _META_CACHE.get(key)
@@ -262,9 +269,9 @@ def rope_quantize(
         q_rope, k_rope, q_nope, k_nope,
         q_rope_out, k_rope_out, q_nope_out, k_nope_out,
         cos_sin_cache, pos_ids,
-        *q_rope.stride()[:2], *k_rope.stride()[:2], *q_nope.stride()[:2], *k_nope.stride()[:2],
-        *q_rope_out.stride()[:2], *k_rope_out.stride()[:2],
-        *q_nope_out.stride()[:2], *k_nope_out.stride()[:2],
+        *q_rope.stride()[:2], *_token_head(k_rope), *q_nope.stride()[:2], *_token_head(k_nope),
+        *q_rope_out.stride()[:2], *_token_head(k_rope_out),
+        *q_nope_out.stride()[:2], *_token_head(k_nope_out),
         num_q_heads, num_k_heads, cos_sin_cache.shape[0],
         float(quant_scale_q), float(quant_scale_kv),
         IS_NEOX=bool(is_neox), num_warps=NUM_WARPS, **meta,
