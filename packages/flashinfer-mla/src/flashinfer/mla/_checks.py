@@ -143,17 +143,17 @@ def check_query_and_cache(query, kv_cache, head_dim: int, compact: bool) -> None
     check_device(kv_cache, "kv_cache", query.device, "query")
 
 
-def flat_token_pool(kv_pages: torch.Tensor) -> torch.Tensor:
-    """View ``[pages, page_size, D]`` as the flat ``[pages * page_size, D]`` pool (never a copy)."""
+def flat_token_pool(kv_cache: torch.Tensor) -> torch.Tensor:
+    """View ``[pages, (1,) page_size, D]`` as the flat ``[pages * page_size, D]`` pool (never a copy)."""
     try:
-        return kv_pages.view(-1, kv_pages.shape[-1])
+        return kv_cache.view(-1, kv_cache.shape[-1])
     except RuntimeError:
         fail(
             ValueError,
             "kv_cache",
             "a cache whose pages can be viewed as one flat [num_pages * page_size, head_dim] token pool "
             "(page stride = page_size * row stride)",
-            kv_pages,
+            kv_cache,
         )
 
 

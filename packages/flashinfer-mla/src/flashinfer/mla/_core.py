@@ -188,9 +188,10 @@ def trtllm_batch_decode_with_kv_cache_mla(
         metadata.check(rows, q_len, heads, sparse_mla_top_k, device, implementation_kind(device))
 
     out_shape = (*query.shape[:-1], kv_lora_rank)
+    # views are made only where the rank changes: each costs about 1.6 us of host time
     if out is None:
         out = torch.empty(out_shape, dtype=torch.bfloat16, device=device)
-        out4 = out.view(rows, q_len, heads, kv_lora_rank)
+        out4 = out.view(rows, q_len, heads, kv_lora_rank) if compact else out
     else:
         out4 = _checks.check_out(out, out_shape, query, kv_cache, accept_3d=q_len == 1 and not compact)
         out4 = out4.view(rows, q_len, heads, kv_lora_rank) if compact else out4
@@ -204,8 +205,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
     if rows * q_len * heads == 0:
         return result
 
-    query4 = query.view(rows, q_len, heads, query.shape[-1])
-    kv_pages = kv_cache.squeeze(1) if kv_cache.dim() == 4 else kv_cache
+    query4 = query.view(rows, q_len, heads, query.shape[-1]) if compact else query
     row_lens = None  # per-row lengths when the call is flattened to one query token per row
     if compact:
         row_lens, row_request = _compact_rows(seq_lens, cum_seq_lens_q, rows)
@@ -215,16 +215,18 @@ def trtllm_batch_decode_with_kv_cache_mla(
         query4, out4, lse3 = _one_token_per_row(query4, out4, lse3)
     impl = DISPATCH.module(device)
     if sparse:
-        indices = block_tables.view(*query4.shape[:2], sparse_mla_top_k)
-        seq = seq_lens if row_lens is None else row_lens
         b, t = query4.shape[:2]
+        as_given = (b, t) == (rows, q_len) and not compact  # block_tables is (b, t, topk) already
+        indices = block_tables if as_given else block_tables.view(b, t, sparse_mla_top_k)
+        seq = seq_lens if row_lens is None else row_lens
         if metadata is not None and (b, t) == (rows, q_len):
             plan = metadata.plan
         else:  # no metadata, or a call flattened to one token per row: plan what actually runs
             plan = impl.decode_plan(b, t, heads, sparse_mla_top_k, device)
-        kv = _checks.flat_token_pool(kv_pages)
+        kv = _checks.flat_token_pool(kv_cache)
         impl.sparse_decode(query4, kv, indices, seq, bmm1, bmm2, sinks, out4, lse3, plan, workspace_buffer)
     else:
+        kv_pages = kv_cache.squeeze(1) if kv_cache.dim() == 4 else kv_cache
         tables = block_tables if row_lens is None else block_tables[row_request]
         seq = seq_lens if row_lens is None else row_lens
         impl.dense_decode(query4, kv_pages, tables, seq, bmm1, bmm2, sinks, out4, lse3, workspace_buffer)
