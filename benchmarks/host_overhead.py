@@ -1,8 +1,8 @@
-"""Host overhead of the flashinfer.gemm API layer, per API, on CPU with tiny tensors.
+"""Host overhead of the flashinfer GEMM and MLA API layers, per API, on CPU with tiny tensors.
 
 For each case this times (best of interleaved rounds of many calls) the public function and, with the
 same arguments already normalized, the implementation function it dispatches to
-(``flashinfer.gemm._reference`` on CPU). The difference is what the API layer costs per call:
+(``flashinfer.gemm._reference`` / ``flashinfer.mla._reference`` on CPU). The difference is what the API layer costs per call:
 validation, scale views, dispatch and (without ``out=``) output allocation. Tiny tensors keep
 the implementation's own time small so the difference is not lost in noise. The two are timed
 interleaved, so drift affects both. A second column times the wrapper with every
@@ -10,7 +10,9 @@ implementation function replaced by a no-op (minus a no-op call): the API layer 
 the implementation's own jitter.
 
 Run: ``python benchmarks/host_overhead.py [--iters N] [--json PATH]``. Target: under 5 us for
-``bmm_fp8`` and ``gemm_fp8_nt_groupwise`` with ``out=``.
+``bmm_fp8`` and ``gemm_fp8_nt_groupwise`` with ``out=``. (The MLA rows dispatch to the float32
+reference on CPU, so their "impl" column is real compute; their "API layer" column is the
+number to read.)
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ import time
 
 import torch
 
+import flashinfer.decode
 import flashinfer.gemm as G
+import flashinfer.rope
 from flashinfer.gemm import _reference as ref
+from flashinfer.mla import _reference as mla_ref
 
 E4M3, BF16 = torch.float8_e4m3fn, torch.bfloat16
 
@@ -90,7 +95,57 @@ def cases():
             lambda: G.batch_deepgemm_fp8_nt_groupwise(a3, bg, sa3, sbg, masked, 8, out=o3),
             lambda: ref.group_gemm_masked(a3, bg, sa3, sbg, masked, 8, o3),
         ),
+        *mla_cases(),
     ]
+
+
+def mla_cases():
+    """sglang's RoPE call (2-D K slices, merged q output) and vLLM's sparse decode call (D3)."""
+    tokens, heads, topk = 2, 16, 64
+    q_nope = torch.randn(heads, tokens, 512).to(BF16).transpose(0, 1)
+    q_rope = torch.randn(tokens, heads, 192).to(BF16)[..., 128:]
+    latent = torch.randn(tokens, 576).to(BF16)
+    cache, pos = torch.randn(64, 64), torch.zeros(tokens, dtype=torch.int64)
+    q_out = torch.empty(tokens, heads, 576, dtype=E4M3)
+    k_out = torch.empty(tokens, 576, dtype=E4M3)
+    rope = dict(
+        q_rope=q_rope, k_rope=latent[:, 512:], q_nope=q_nope, k_nope=latent[:, :512], cos_sin_cache=cache,
+        pos_ids=pos, is_neox=False, quantize_dtype=E4M3, q_rope_out=q_out[..., 512:],
+        k_rope_out=k_out[:, 512:], q_nope_out=q_out[..., :512], k_nope_out=k_out[:, :512],
+    )  # fmt: skip
+    rope_args = (q_rope, latent[:, None, 512:], q_nope, latent[:, None, :512], cache, pos, False, 1.0, 1.0,
+                 q_out[..., 512:], k_out[:, None, 512:], q_out[..., :512], k_out[:, None, :512])  # fmt: skip
+    query = torch.randn(tokens, 1, heads, 576).to(E4M3)
+    kv_cache = torch.randn(4, 1, 64, 576).to(E4M3)
+    indices = torch.randint(0, 256, (tokens, 1, topk), dtype=torch.int32)
+    seq_lens = torch.full((tokens,), topk, dtype=torch.int32)
+    workspace = torch.zeros(1 << 20, dtype=torch.uint8)
+    out = torch.empty(tokens, 1, heads, 512, dtype=BF16)
+    decode = dict(
+        query=query, kv_cache=kv_cache, workspace_buffer=workspace, qk_nope_head_dim=128, kv_lora_rank=512,
+        qk_rope_head_dim=64, block_tables=indices, seq_lens=seq_lens, max_seq_len=topk, bmm1_scale=0.1,
+        bmm2_scale=1.0, sparse_mla_top_k=topk,
+    )  # fmt: skip
+    decode_args = (
+        query,
+        kv_cache.view(-1, 576),
+        indices,
+        seq_lens,
+        0.1,
+        1.0,
+        None,
+        out,
+        None,
+        None,
+        workspace,
+    )
+    return [
+        ("mla_rope_quantize_fp8", "sglang, 2-D K", lambda: flashinfer.rope.mla_rope_quantize_fp8(**rope),
+         lambda: mla_ref.rope_quantize(*rope_args)),
+        ("trtllm_batch_decode_mla", "vLLM sparse (D3)",
+         lambda: flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(**decode),
+         lambda: mla_ref.sparse_decode(*decode_args)),
+    ]  # fmt: skip
 
 
 def per_call_ns(fn, iters):
@@ -126,19 +181,24 @@ def _noop(*args):
     return None
 
 
-IMPLEMENTATION_FUNCTIONS = ("bmm", "gemm_groupwise", "group_gemm_contiguous", "group_gemm_masked")
+IMPLEMENTATION_FUNCTIONS = [
+    (ref, ("bmm", "gemm_groupwise", "group_gemm_contiguous", "group_gemm_masked")),
+    (mla_ref, ("rope_quantize", "sparse_decode", "decode_plan")),
+]
 
 
 def api_layer_only(wrapper, iters):
     """The wrapper with every implementation function replaced by a no-op, minus a no-op call."""
-    saved = {name: getattr(ref, name) for name in IMPLEMENTATION_FUNCTIONS}
+    saved = [
+        (module, name, getattr(module, name)) for module, names in IMPLEMENTATION_FUNCTIONS for name in names
+    ]
     try:
-        for name in IMPLEMENTATION_FUNCTIONS:
-            setattr(ref, name, _noop)
+        for module, name, _ in saved:
+            setattr(module, name, _noop)
         wrapped_us, noop_us = measure(wrapper, _noop, iters)
     finally:
-        for name, fn in saved.items():
-            setattr(ref, name, fn)
+        for module, name, fn in saved:
+            setattr(module, name, fn)
     return wrapped_us - noop_us
 
 
