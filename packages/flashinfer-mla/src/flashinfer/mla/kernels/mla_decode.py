@@ -178,11 +178,10 @@ def mla_decode_kernel(
     # (the FP8 upcast for the PV dot) holds half a tile at a time
     dh = tl.arange(0, D_V // 2)
     q_row = q_ptr + batch.to(tl.int64) * stride_qb + token * stride_qt + heads[:, None] * stride_qh
-    if D_ROPE > 0:
-        dr = tl.arange(0, D_ROPE)
     q_lo = _load_q(q_row, dh, head_ok, UPCAST_QK)
     q_hi = _load_q(q_row + D_V // 2, dh, head_ok, UPCAST_QK)
     if D_ROPE > 0:
+        dr = tl.arange(0, D_ROPE)
         q_rope = _load_q(q_row + D_V, dr, head_ok, UPCAST_QK)
 
     if SCALE1_ON_DEVICE:
@@ -225,7 +224,8 @@ def mla_decode_kernel(
         alpha = tl.exp2(m_i - m_ref)
         p = tl.exp2(s - m_ref[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        p = p.to(tl.bfloat16)  # FP8 values are upcast for the PV dot (a no-op for bf16 rows)
+        # a bf16 PV dot: FP8 values are upcast (a no-op for bf16 rows)
+        p = p.to(tl.bfloat16)
         acc_lo = tl.dot(p, k_lo.to(tl.bfloat16), acc_lo * alpha[:, None])
         acc_hi = tl.dot(p, k_hi.to(tl.bfloat16), acc_hi * alpha[:, None])
         m_i = m_new
