@@ -256,3 +256,33 @@ def test_group_gemm_masked(seed):
         assert_close_to(out[g, :valid], a_deq[:valid] @ b_deq.t(), torch.bfloat16)
         assert out[g, valid:].isnan().all(), f"group {g}: rows past masked_m were written"
     assert buffer[:, :, n:].isnan().all()
+
+
+# ---------------------------------------------------------------------------------------------
+# thread safety
+
+
+def test_autotuned_launches_hold_the_lock(monkeypatch):
+    """Triton's Autotuner keeps per-call state on the shared object, so concurrent calls corrupt
+    each other (found by the CUDA thread test on the H200): every autotuned launch holds
+    ``AUTOTUNED_LAUNCH``; fixed-config launches do not need it."""
+    from flashinfer.gemm import kernels
+    from flashinfer.gemm.kernels import fp8_blockwise, fp8_bmm
+
+    held = []
+
+    class RecordingAutotuner:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: held.append(kernels.AUTOTUNED_LAUNCH.locked())
+
+    monkeypatch.setattr(fp8_bmm, "fp8_bmm_tuned", RecordingAutotuner())
+    monkeypatch.setattr(fp8_blockwise, "fp8_blockwise_tuned", RecordingAutotuner())
+    one = torch.ones(())
+    fp8_bmm.fp8_bmm(
+        fp8((1, 16, 32)), fp8((1, 32, 16)), one, one, torch.empty(1, 16, 16, dtype=torch.bfloat16)
+    )
+    a, b = fp8((16, 128)), fp8((128, 128))
+    out = torch.empty(16, 128, dtype=torch.bfloat16)
+    fp8_blockwise.gemm_groupwise(a, b, pow2((16, 1)), pow2((1, 1)), 1, 128, 128, out)
+    assert held == [True, True]
+    assert not kernels.AUTOTUNED_LAUNCH.locked()
