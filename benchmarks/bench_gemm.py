@@ -118,7 +118,9 @@ def groupwise_section(table, fg, impls):
                 b_scale = torch.rand(ceil_div(n, 128), ceil_div(k, 128), device="cuda") + 0.5
                 sa, sb = cublas_block_scales(a_scale, b_scale)
                 out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-                return dict(a=a, b=b, a_scale=a_scale, b_scale=b_scale, sa=sa, sb=sb, out=out)
+                # sglang's call (callers.md G5): MN-major (k/128, m) and (k/128, n/128) storage
+                mn = dict(a_scale_mn=a_scale.t().contiguous(), b_scale_mn=b_scale.t().contiguous())
+                return dict(a=a, b=b, a_scale=a_scale, b_scale=b_scale, sa=sa, sb=sb, out=out, **mn)
 
             flops, moved = 2 * m * n * k, m * k + n * k + 2 * m * n
             sets = rotating(make, m * k + n * k)
@@ -133,6 +135,9 @@ def groupwise_section(table, fg, impls):
 
             def ours_fn(d):
                 fg.gemm_fp8_nt_groupwise(d["a"], d["b"], d["a_scale"], d["b_scale"], "K", out=d["out"])
+
+            def ours_mn_fn(d):
+                fg.gemm_fp8_nt_groupwise(d["a"], d["b"], d["a_scale_mn"], d["b_scale_mn"], "MN", out=d["out"])
 
             def triton_fn(d):
                 fp8_blockwise.gemm_groupwise(
@@ -154,6 +159,16 @@ def groupwise_section(table, fg, impls):
             )
             table.add(
                 "groupwise", shape, f"ours ({impls})", bench(ours_fn, sets), flops, moved, "fp8", anchor
+            )
+            table.add(
+                "groupwise",
+                shape,
+                f"ours MN scales ({impls})",
+                bench(ours_mn_fn, sets),
+                flops,
+                moved,
+                "fp8",
+                anchor,
             )
             table.add(
                 "groupwise", shape, "ours: Triton kernel", bench(triton_fn, sets), flops, moved, "fp8", anchor
