@@ -51,6 +51,11 @@ _FP8_NAMES = frozenset(BMM_FP8.names)
 # attribute reads); only when it is False do the detailed checks run to say what is wrong.
 
 
+def _out_ok(out, dtype, device, shape, A, B) -> bool:
+    # a given ``out`` on the fast path: ``shape`` and ``dtype`` on ``device``, overlapping no input
+    return out.dtype == dtype and out.device == device and out.shape == shape and not out_overlaps(out, A, B)
+
+
 def _bmm_bf16_args_ok(A, B, out, out_dtype, backend) -> bool:
     try:
         a_shape, b_shape, device = A.shape, B.shape, A.device
@@ -66,14 +71,9 @@ def _bmm_bf16_args_ok(A, B, out, out_dtype, backend) -> bool:
             and B.dtype == A.dtype
             and B.device == device
         )
-        if ok and out is not None:
-            ok = (
-                out.dtype == out_dtype
-                and out.device == device
-                and out.shape == (a_shape[0], a_shape[1], b_shape[2])
-                and not out_overlaps(out, A, B)
-            )
-        return ok
+        return ok and (
+            out is None or _out_ok(out, out_dtype, device, (a_shape[0], a_shape[1], b_shape[2]), A, B)
+        )
     except AttributeError:
         return False
 
@@ -98,14 +98,7 @@ def _bmm_fp8_args_ok(A, B, A_scale, B_scale, dtype, out, backend) -> bool:
             and A_scale.device == device
             and B_scale.device == device
         )
-        if ok and out is not None:
-            ok = (
-                out.dtype == dtype
-                and out.device == device
-                and out.shape == (a_shape[0], a_shape[1], b_shape[2])
-                and not out_overlaps(out, A, B)
-            )
-        return ok
+        return ok and (out is None or _out_ok(out, dtype, device, (a_shape[0], a_shape[1], b_shape[2]), A, B))
     except AttributeError:
         return False
 
