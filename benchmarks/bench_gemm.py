@@ -334,6 +334,19 @@ def grouped_section(table, fg, impls):
             )
 
 
+def autotune_choices():
+    """The tile each autotuned Triton kernel chose, per autotune key (shape bucket)."""
+    from flashinfer.gemm.kernels import fp8_blockwise, fp8_bmm
+
+    return {
+        name: {str(key): str(config) for key, config in tuned.cache.items()}
+        for name, tuned in (
+            ("fp8_bmm", fp8_bmm.fp8_bmm_tuned),
+            ("fp8_blockwise", fp8_blockwise.fp8_blockwise_tuned),
+        )
+    }
+
+
 def reference_section(table):
     from flashinfer.gemm import _reference
 
@@ -460,6 +473,8 @@ def main():
                 runners[section](table, fg, impls)
         except Exception:  # report the failed section and still measure the others
             traceback.print_exc()
+        if not args.upstream:
+            meta["autotuned"] = autotune_choices()
         # written after every section, so a run cut short keeps what it measured
         (out_dir / name).write_text(json.dumps({"meta": meta, "rows": table.rows}, indent=1))
     (out_dir / "gemm.md").write_text(markdown(table.rows))

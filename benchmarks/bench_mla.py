@@ -28,6 +28,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -141,6 +142,12 @@ def bench_decode(copy_bw, rows, reference_shapes, targets_only):
             "tflops": flops / ms * 1e-9, "gbps": nbytes / ms * 1e-6,
             "floor_ms": floor_ms, "rel_err": err,
         }  # fmt: skip
+        if batch == 1:  # host-bound: eager wall time per call, cached kernel vs Triton's JIT launch
+            row["eager_us"] = eager_wall_us(lambda case=case, plan=plan: run_sparse(_cuda, case, plan))
+            with jit_launch(mla_decode._DECODE, mla_decode._COMBINE):
+                row["eager_jit_us"] = eager_wall_us(
+                    lambda case=case, plan=plan: run_sparse(_cuda, case, plan)
+                )
         if (kind, batch, heads, q_len) in reference_shapes:
             row["reference_ms"] = median_ms(lambda case=case: run_sparse(_reference, case, None))
         rows.append(row)
@@ -148,7 +155,12 @@ def bench_decode(copy_bw, rows, reference_shapes, targets_only):
             f"decode {kind:4s} B={batch:3d} H={heads:3d} q_len={q_len} splits={plan.num_splits:2d} "
             f"{ms * 1e3:8.1f} us (graph {graph_ms * 1e3:8.1f} us) {row['tflops']:6.1f} TFLOP/s {row['gbps']:6.0f} GB/s "
             f"floor {floor_ms * 1e3:6.1f} us err {err:.1e}"
-            + (f" ref {row['reference_ms'] * 1e3:9.1f} us" if "reference_ms" in row else ""),
+            + (f" ref {row['reference_ms'] * 1e3:9.1f} us" if "reference_ms" in row else "")
+            + (
+                f" eager {row['eager_us']:.1f} us (JIT launch {row['eager_jit_us']:.1f})"
+                if "eager_us" in row
+                else ""
+            ),
             flush=True,
         )
         del case
@@ -304,13 +316,30 @@ def bench_rope(copy_bw, rows, upstream=False):
             "copy_ms": copy_ms, "copy_fraction": copy_ms / kernel_ms, "gbps": nbytes / kernel_ms * 1e-6,
             "graph_us": graph_ms * 1e3, "eager_api_us": api_us, "eager_launcher_us": launcher_us,
         }  # fmt: skip
+        if not upstream:  # the same eager calls through Triton's own JIT launch (no FastLaunch)
+            with jit_launch(rope_kernels._ROPE_QUANTIZE):
+                row["eager_api_jit_us"] = eager_wall_us(api)
         rows.append(row)
         print(
             f"rope T={tokens:6d} {kernel_ms * 1e3:8.1f} us ({row['gbps']:6.0f} GB/s, "
             f"{row['copy_fraction'] * 100:5.1f}% of copy {copy_ms * 1e3:7.1f} us) graph {row['graph_us']:6.2f} us "
-            f"eager API {api_us:6.1f} us launcher {launcher_us:6.1f} us",
+            f"eager API {api_us:6.1f} us launcher {launcher_us:6.1f} us"
+            + (f" API with Triton's JIT launch {row['eager_api_jit_us']:6.1f} us" if not upstream else ""),
             flush=True,
         )
+
+
+@contextlib.contextmanager
+def jit_launch(*launchers):
+    """Launch through ``kernel[grid]`` (Triton's dispatcher) instead of the cached kernel."""
+    saved = [launcher.enabled for launcher in launchers]
+    for launcher in launchers:
+        launcher.enabled = False
+    try:
+        yield
+    finally:
+        for launcher, enabled in zip(launchers, saved):
+            launcher.enabled = enabled
 
 
 # ----------------------------------------------------------------------------- report
@@ -360,16 +389,27 @@ def markdown(meta, rows) -> str:
                 f"{r['ms'] * 1e3:.1f} | {r['graph_us']:.1f} | {r['tflops']:.0f} | {r['gbps']:.0f} | {r['floor_ms'] * 1e3:.1f} | "
                 f"{r['floor_ms'] / r['ms'] * 100:.0f}% | {ref} |"
             )
+    eager = [r for r in rows if "eager_us" in r]
     lines += [
         "",
-        "| tokens | kernel (us) | GB/s | % of copy | in a graph (us/call) | eager public API (us/call) |",
-        "|---|---|---|---|---|---|",
+        "| decode, batch 1 | eager (us/call) | same, Triton's JIT launch (us/call) |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {r['dtype']} H={r['heads']} q_len={r['q_len']} | {r['eager_us']:.1f} | {r['eager_jit_us']:.1f} |"
+        for r in eager
+    ]
+    lines += [
+        "",
+        "| tokens | kernel (us) | GB/s | % of copy | in a graph (us/call) | eager public API (us/call) | "
+        "same, Triton's JIT launch (us/call) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r["op"] == "rope_quantize":
             lines.append(
                 f"| {r['tokens']} | {r['ms'] * 1e3:.1f} | {r['gbps']:.0f} | {r['copy_fraction'] * 100:.0f}% | "
-                f"{r['graph_us']:.2f} | {r['eager_api_us']:.1f} |"
+                f"{r['graph_us']:.2f} | {r['eager_api_us']:.1f} | {r.get('eager_api_jit_us', 0):.1f} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -385,9 +425,10 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if not args.upstream:
-        global _cuda, _reference, mla_decode
+        global _cuda, _reference, mla_decode, rope_kernels
         from flashinfer.mla import _cuda, _reference
         from flashinfer.mla.kernels import mla_decode
+        from flashinfer.mla.kernels import rope_quantize as rope_kernels
 
     copy_bw = copy_bandwidth()
     meta = {

@@ -247,6 +247,42 @@ def test_rope_real_size(seed):
     assert_e4m3_close(k_out[:, :512], latent[:, :512].double() * 0.5)  # saturates: |x| up to ~500
 
 
+def test_repeat_launches_take_the_cached_kernel(seed):
+    """Calls after the first launch through FastLaunch's cached kernel (raw pointers, new floats);
+    an output of another pointer alignment compiles its own variant and is still exact."""
+    from flashinfer.mla.kernels import mla_decode as decode_kernels
+    from flashinfer.mla.kernels import rope_quantize as rope_kernels
+
+    tokens = 3
+    q_nope, q_rope, latent, cache, pos = rope_inputs(tokens, seed=seed)
+    rope_kernels._ROPE_QUANTIZE._compiled.clear()
+    numel = tokens * 128 * 576
+    for offset in (0, 0, 8, 8, 0):  # bytes into the buffer: 16-byte aligned, then only 8
+        buf = torch.full((numel + 16,), 0x7F, dtype=torch.uint8, device="cuda")
+        q_out = buf[offset : offset + numel].view(E4M3).view(tokens, 128, 576)
+        k_out = torch.full((tokens, 576), 0x7F, dtype=torch.uint8, device="cuda").view(E4M3)
+        call_rope(q_nope, q_rope, latent, cache, pos, q_out, k_out)
+        assert_e4m3_close(q_out[..., 512:], rope_oracle(q_rope, cache, pos, 1.0))
+        assert_e4m3_close(q_out[..., :512], q_nope.double())
+        assert_e4m3_close(k_out[:, 512:], rope_oracle(latent[:, 512:], cache, pos, 0.5))
+    if rope_kernels._ROPE_QUANTIZE.enabled:
+        assert len(rope_kernels._ROPE_QUANTIZE._compiled) == 2
+
+    cuda = cuda_module()
+    dtype = E4M3 if fp8_supported() else torch.bfloat16
+    query, kv, indices, seq_lens = sparse_inputs(2, 1, 128, dtype, seed=seed)
+    workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+    for bmm1, bmm2 in ((0.05, 1.0), (0.08, 0.5), (0.02, 2.0)):  # floats are not part of the key
+        out, lse = poisoned_out(2, 1, 128)
+        cuda.sparse_decode(query, kv, indices, seq_lens, bmm1, bmm2, None, out, lse, None, workspace)
+        ref_out, ref_lse = decode_oracle(
+            query, sparse_rows(kv, indices), seq_lens, 2048, 512, bmm1, bmm2, None
+        )
+        assert_decode_close(out, lse, ref_out, ref_lse)
+    if decode_kernels._DECODE.enabled:
+        assert len(decode_kernels._DECODE._compiled) >= 1
+
+
 def _captured_bytes(fn):
     graph = torch.cuda.CUDAGraph()
     before = torch.cuda.memory_allocated()

@@ -36,6 +36,7 @@ import math
 import triton
 import triton.language as tl
 
+from ..._core.triton_launch import next_power_of_2
 from . import AUTOTUNED_LAUNCH
 
 # layouts and the e4m3 limit, as constexpr globals so the kernel can read them
@@ -232,7 +233,7 @@ def _launch(
     num_programs = _num_programs(a.device)
     args = (
         a, b, out, a_scale, b_scale, rows_arg, out_scale_arg,
-        m, n, k, groups, triton.next_power_of_2(max(m_hint, 1)),
+        m, n, k, groups, next_power_of_2(m_hint),
         *a.stride(), *b.stride(), *out.stride(), *a_scale.stride(), *b_scale.stride(),
         output_scale.stride(0) if out_fp8 else 0,
     )  # fmt: skip

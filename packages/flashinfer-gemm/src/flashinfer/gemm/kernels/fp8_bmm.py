@@ -27,6 +27,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..._core.triton_launch import cdiv, next_power_of_2
 from . import AUTOTUNED_LAUNCH
 
 
@@ -143,12 +144,12 @@ def fp8_bmm(A, B, A_scale, B_scale, out, config=None) -> None:
     b_scale = B_scale.reshape(()).expand(batch, n) if B_scale.dim() == 0 else B_scale[:, 0, :]
     args = (
         A, B, out, a_scale, b_scale,
-        m, n, k, triton.next_power_of_2(m),
+        m, n, k, next_power_of_2(m),
         *A.stride(), *B.stride(), *out.stride(), *a_scale.stride(), *b_scale.stride(),
     )  # fmt: skip
 
     def grid(meta):
-        return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]), batch)
+        return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]), batch)
 
     if config is None:
         with AUTOTUNED_LAUNCH:

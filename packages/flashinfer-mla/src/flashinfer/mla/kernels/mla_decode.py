@@ -41,6 +41,8 @@ import dataclasses
 import triton
 import triton.language as tl
 
+from ..._core.triton_launch import FastLaunch, next_power_of_2
+
 # globals read inside kernels must be constexpr
 LOG2E = tl.constexpr(1.4426950408889634)
 
@@ -378,6 +380,10 @@ def _workspace_splits(plan_splits: int, part_rows: int, d_v: int, workspace_byte
     return max(1, min(plan_splits, (workspace_bytes - 16) // per_split))
 
 
+_DECODE = FastLaunch(mla_decode_kernel)
+_COMBINE = FastLaunch(mla_combine_kernel)
+
+
 def _scale_arg(scale):
     # (kernel argument, on-device flag): a 0-dim tensor is read in the kernel, never on the host
     if isinstance(scale, float | int):
@@ -450,7 +456,8 @@ def mla_decode(
     lse_arg = lse if has_lse else out
     lse_strides = lse.stride() if has_lse else (0, 0, 0)
     sinks_arg = sinks if has_sinks else seq_lens
-    mla_decode_kernel[(batch * q_len * plan.head_blocks * num_splits,)](
+    _DECODE.launch(
+        (batch * q_len * plan.head_blocks * num_splits,),
         query, kv, key_list, seq_lens, sinks_arg, scale1, scale2,
         out, lse_arg, workspace, workspace_pad,
         q_len, heads, key_list.shape[-1] * max(page_size, 1), num_kv_rows, num_splits,
@@ -465,10 +472,11 @@ def mla_decode(
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if num_splits > 1:
-        mla_combine_kernel[(part_rows,)](
+        _COMBINE.launch(
+            (part_rows,),
             workspace, workspace_pad, sinks_arg, scale2, out, lse_arg, heads, q_len, num_splits,
             *out.stride()[:3], *lse_strides,
-            D_V=d_v, SPLITS_POW2=triton.next_power_of_2(num_splits),
+            D_V=d_v, SPLITS_POW2=next_power_of_2(num_splits),
             HAS_SINKS=has_sinks, HAS_LSE=has_lse, SCALE2_ON_DEVICE=scale2_on_device,
             num_warps=4,
         )  # fmt: skip

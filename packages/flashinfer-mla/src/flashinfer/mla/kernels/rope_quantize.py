@@ -28,6 +28,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..._core.triton_launch import FastLaunch
+
 FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
 
 # Elements one program moves per part (heads x width): 8192 16-bit elements (16 KiB read,
@@ -218,6 +220,7 @@ def _token_head(k):
 
 # (rope_dim, nope_dim, Hq, Hk, out dtype) -> constexpr meta-parameters and head-block count
 _META_CACHE: dict = {}
+_ROPE_QUANTIZE = FastLaunch(rope_quantize_kernel)
 
 
 def rope_quantize(
@@ -265,7 +268,8 @@ def rope_quantize(
         head_blocks = triton.cdiv(num_q_heads, block_h) + triton.cdiv(num_k_heads, block_h)
         cached = _META_CACHE[key] = (meta, head_blocks)
     meta, head_blocks = cached
-    rope_quantize_kernel[(nnz, head_blocks)](
+    _ROPE_QUANTIZE.launch(
+        (nnz, head_blocks),
         q_rope, k_rope, q_nope, k_nope,
         q_rope_out, k_rope_out, q_nope_out, k_nope_out,
         cos_sin_cache, pos_ids,

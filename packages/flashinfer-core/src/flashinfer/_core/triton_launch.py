@@ -1,0 +1,163 @@
+"""Repeat launches of a Triton kernel without Triton's per-call dispatch.
+
+``kernel[grid](*args, **kw)`` re-derives the kernel's specialization from every argument on
+every call (each pointer's 16-byte alignment, each integer's divisibility), builds a cache key
+from it, looks the compiled kernel up, and its C launcher asks the driver about each pointer
+(``cuPointerGetAttribute``). For kernels with 30-40 arguments that host work takes longer than
+the kernel at small sizes (RoPE of one token, decode at batch 1). :class:`FastLaunch` keys
+the compiled kernel on what these launches vary and calls it directly with raw pointers.
+
+Rules
+-----
+- The key holds every argument's type, each tensor's dtype and its pointer's remainder mod 16,
+  every integer, bool and ``None`` by value (floats by type only), the keyword arguments
+  (constexprs and launch options) and the device. That is finer than Triton's own specialization, so the compiled kernel
+  found is always the one Triton would have chosen; integers should take few distinct values
+  (strides, head counts). At most ``MAX_ENTRIES`` kernels are kept per launcher.
+- Runtime arguments are passed positionally, constexprs and launch options by keyword.
+- The first call of a key, and every call while a launch hook is set (profilers such as
+  proton), under ``TRITON_INTERPRET=1`` or on a Triton without ``triton.knobs`` (< 3.4, another
+  launch protocol), goes through ``kernel[grid]`` itself.
+- The launch runs on the first tensor argument's device (a device guard when that is not the
+  current device). Callers have validated that every tensor lives on that CUDA device: pointers
+  are passed as integers, which the launcher does not check again.
+- Triton's JIT launch also checks that globals a kernel reads have not changed since it was
+  compiled; kernels launched here read only ``tl.constexpr`` globals.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+from triton.compiler import CompiledKernel
+from triton.runtime.jit import JITFunction
+
+try:
+    from triton import knobs
+    from triton.runtime import driver
+except ImportError:  # Triton < 3.4: its compiled kernels take another argument list
+    knobs = None
+
+__all__ = ["FastLaunch", "MAX_ENTRIES", "cdiv", "next_power_of_2"]
+
+MAX_ENTRIES = 256
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for launch grids: ``triton.cdiv`` is a constexpr function whose host
+    calls cost microseconds each."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two ``>= n`` (1 for ``n <= 1``); a plain-Python ``triton.next_power_of_2``."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+_DATA_PTR = torch.Tensor.data_ptr
+_DTYPE = operator.attrgetter("dtype")
+_REMAINDER_16 = (15).__and__
+
+
+def _gather(positions: tuple):
+    # a C-level gather that always returns a tuple (itemgetter returns a bare item for one)
+    if len(positions) > 1:
+        return operator.itemgetter(*positions)
+    return (lambda args: (args[positions[0]],)) if positions else (lambda args: ())
+
+
+class _ArgPattern:
+    """Where the tensors and the value-keyed scalars (ints, bools, None) sit in an argument list."""
+
+    def __init__(self, types: tuple):
+        self.tensor_positions = tuple(i for i, t in enumerate(types) if issubclass(t, torch.Tensor))
+        scalar_positions = tuple(
+            i for i, t in enumerate(types) if not issubclass(t, torch.Tensor) and t is not float
+        )
+        self.tensors = _gather(self.tensor_positions)
+        self.scalars = _gather(scalar_positions)
+
+
+def _hooked(hook) -> bool:
+    # Triton >= 3.6 keeps a chain of hooks (empty unless a profiler added one); before, None
+    return hook is not None and getattr(hook, "calls", True) != []
+
+
+class FastLaunch:
+    """A cache of one JIT kernel's compiled variants, launched without the JIT dispatcher.
+
+    Parameters
+    ----------
+    kernel : triton.runtime.JITFunction
+        The ``@triton.jit`` function. Anything else (an interpreted function, an autotuner) is
+        always launched through ``kernel[grid]``.
+
+    Examples
+    --------
+    ``FastLaunch(add_kernel).launch((blocks,), x, y, out, n, BLOCK=1024, num_warps=4)`` runs what
+    ``add_kernel[(blocks,)](x, y, out, n, BLOCK=1024, num_warps=4)`` runs.
+    """
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.enabled = knobs is not None and isinstance(kernel, JITFunction)
+        self._compiled: dict = {}
+        self._patterns: dict = {}
+
+    def launch(self, grid: tuple, *args, **kwargs) -> None:
+        """Launch on ``grid`` (1 to 3 ints) with ``args`` positional and constexprs by keyword.
+
+        Runs on the device of the first tensor argument (Triton itself launches on the current
+        device, whatever the tensors' device is).
+        """
+        if not self.enabled:
+            self.kernel[grid](*args, **kwargs)
+            return
+        # The argument types pick the positions of tensors and of keyed scalars; the gathers
+        # and maps below run in C, so the key costs a few microseconds for 30+ arguments.
+        types = tuple(map(type, args))
+        pattern = self._patterns.get(types)
+        if pattern is None:
+            pattern = self._patterns[types] = _ArgPattern(types)
+        tensors = pattern.tensors(args)
+        device = driver.active.get_current_device()
+        if tensors and tensors[0].get_device() != device:
+            with torch.cuda.device(tensors[0].device):
+                self._launch(tensors[0].get_device(), pattern, tensors, grid, args, kwargs)
+        else:
+            self._launch(device, pattern, tensors, grid, args, kwargs)
+
+    def _launch(self, device, pattern, tensors, grid, args, kwargs) -> None:
+        runtime = knobs.runtime
+        if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook):
+            self.kernel[grid](*args, **kwargs)
+            return
+        ptrs = list(map(_DATA_PTR, tensors))
+        # the pattern stands for the argument types (one pattern per types, hashed by identity)
+        key = (
+            device, pattern, tuple(kwargs.items()), tuple(map(_DTYPE, tensors)),
+            tuple(map(_REMAINDER_16, ptrs)), pattern.scalars(args),
+        )  # fmt: skip
+        entry = self._compiled.get(key)
+        if entry is None:
+            self._compile_and_launch(key, grid, args, kwargs)
+            return
+        run, function, packed_metadata, constexprs = entry
+        call_args = list(args)
+        for position, ptr in zip(pattern.tensor_positions, ptrs):
+            call_args[position] = ptr
+        stream = driver.active.get_current_stream(device)
+        run(*grid, *(1,) * (3 - len(grid)), stream, function, packed_metadata, None, None, None,
+            *call_args, *constexprs)  # fmt: skip
+
+    def _compile_and_launch(self, key, grid, args, kwargs) -> None:
+        compiled = self.kernel[grid](*args, **kwargs)
+        if not isinstance(compiled, CompiledKernel):
+            return
+        # The compiled launcher takes every parameter in signature order, constexprs included.
+        params = self.kernel.params[len(args) :]
+        constexprs = tuple(kwargs[p.name] if p.name in kwargs else p.default for p in params)
+        if len(self._compiled) >= MAX_ENTRIES:
+            self._compiled.clear()
+        self._compiled[key] = (compiled.run, compiled.function, compiled.packed_metadata, constexprs)

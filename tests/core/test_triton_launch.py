@@ -1,0 +1,210 @@
+"""FastLaunch's keying and argument handling, with Triton's JIT launch and driver stubbed.
+
+The real launches (results equal to ``kernel[grid]``, alignments, CUDA graphs) are tested on a
+GPU in ``tests/gpu``; here a recording kernel stands in for the JIT path and a recording
+function for the compiled launcher, so every decision of the fast path is visible on CPU.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+triton_launch = pytest.importorskip("flashinfer._core.triton_launch")
+if triton_launch.knobs is None:
+    pytest.skip(
+        "this Triton predates triton.knobs: FastLaunch always takes the JIT path", allow_module_level=True
+    )
+
+import triton.language as tl  # noqa: E402
+from triton.compiler import CompiledKernel  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+STREAM = 777
+
+
+def scale_kernel(x_ptr, out_ptr, n, scale, BLOCK: tl.constexpr, EVEN: tl.constexpr = True):
+    pass
+
+
+class FakeCompiled(CompiledKernel):
+    run = None  # shadows the property: the test sets a recorder
+
+    def __init__(self, recorder):
+        self.run, self.function, self.packed_metadata = recorder, "function-handle", "packed"
+        self.module = None  # nothing loaded: CompiledKernel.__del__ unloads nothing
+
+
+class RecordingKernel(JITFunction):
+    """A JIT function whose ``[grid]`` launch records its call and returns a fake compiled kernel."""
+
+    def __init__(self, fn):
+        super().__init__(fn)
+        self.jit_calls = []
+        self.fast_calls = []
+        self.compiled = FakeCompiled(lambda *a: self.fast_calls.append(a))
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.jit_calls.append((grid, args, kwargs))
+            return self.compiled
+
+        return launch
+
+
+@pytest.fixture
+def kernel(monkeypatch):
+    # the current device is the CPU tensors' own (-1), as a CUDA launch's is its tensors' device
+    active = types.SimpleNamespace(get_current_device=lambda: -1, get_current_stream=lambda device: STREAM)
+    monkeypatch.setattr(triton_launch, "driver", types.SimpleNamespace(active=active))
+    for hook in ("launch_enter_hook", "launch_exit_hook"):  # this Triton's "no hook" (None or an empty chain)
+        monkeypatch.setattr(triton_launch.knobs.runtime, hook, getattr(triton_launch.knobs.runtime, hook))
+    return RecordingKernel(scale_kernel)
+
+
+def test_first_call_compiles_then_launches_with_raw_pointers(kernel):
+    fast = triton_launch.FastLaunch(kernel)
+    assert fast.enabled
+    x, out = torch.randn(64), torch.empty(64)
+    fast.launch((4,), x, out, 64, 0.5, BLOCK=16, num_warps=4)
+    assert len(kernel.jit_calls) == 1 and kernel.fast_calls == []
+    assert kernel.jit_calls[0][1][0] is x  # the JIT path gets the tensors themselves
+
+    x2, out2 = torch.randn(64), torch.empty(64)
+    fast.launch((4, 2), x2, out2, 64, 2.0, BLOCK=16, num_warps=4)
+    assert len(kernel.jit_calls) == 1
+    (call,) = kernel.fast_calls
+    # grid padded to 3, the stream, the compiled handles, no launch metadata or hooks, then every
+    # parameter in signature order: raw pointers, integers, floats, constexprs (EVEN's default)
+    assert call == (4, 2, 1, STREAM, "function-handle", "packed", None, None, None,
+                    x2.data_ptr(), out2.data_ptr(), 64, 2.0, 16, True)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda a: {**a, "x": a["x"].view(torch.uint8)[1:].view(torch.uint8)}, id="misaligned"),
+        pytest.param(lambda a: {**a, "x": a["x"].double()}, id="dtype"),
+        pytest.param(lambda a: {**a, "n": 48}, id="int-value"),
+        pytest.param(lambda a: {**a, "scale": 2}, id="int-for-float"),
+        pytest.param(lambda a: {**a, "BLOCK": 32}, id="constexpr"),
+        pytest.param(lambda a: {**a, "num_warps": 8}, id="option"),
+    ],
+)
+def test_any_specialization_change_goes_back_to_the_jit_path(kernel, change):
+    fast = triton_launch.FastLaunch(kernel)
+    base = {"x": torch.randn(64), "n": 64, "scale": 0.5, "BLOCK": 16, "num_warps": 4}
+
+    def call(a):
+        fast.launch(
+            (1,), a["x"], torch.empty(64), a["n"], a["scale"], BLOCK=a["BLOCK"], num_warps=a["num_warps"]
+        )
+
+    call(base)
+    call(change(base))
+    assert len(kernel.jit_calls) == 2 and kernel.fast_calls == []
+    call(change(base))
+    assert len(kernel.fast_calls) == 1
+
+
+def test_tensors_on_another_device_launch_there_under_a_guard(kernel, monkeypatch):
+    entered = []
+
+    class Guard:
+        def __init__(self, device):
+            self.device = device
+
+        def __enter__(self):
+            entered.append(self.device)
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(triton_launch.torch.cuda, "device", Guard)
+    fast = triton_launch.FastLaunch(kernel)
+    x, out = torch.randn(8), torch.empty(8)
+    fast.launch((1,), x, out, 8, 1.0, BLOCK=8)
+    assert entered == []  # on the current device: no guard
+    monkeypatch.setattr(triton_launch.driver.active, "get_current_device", lambda: 1)
+    fast.launch((1,), x, out, 8, 1.0, BLOCK=8)
+    assert entered == [x.device]
+    # keyed by the tensors' device (-1 here): the second call took the cached kernel
+    assert len(kernel.jit_calls) == 1 and len(kernel.fast_calls) == 1
+
+
+def test_no_hook_by_default():
+    runtime = triton_launch.knobs.runtime
+    assert not triton_launch._hooked(runtime.launch_enter_hook)
+    assert not triton_launch._hooked(runtime.launch_exit_hook)
+
+
+@pytest.mark.parametrize("hook", ["launch_enter_hook", "launch_exit_hook"])
+@pytest.mark.parametrize("form", ["function", "chain"])
+def test_a_launch_hook_keeps_every_call_on_the_jit_path(kernel, monkeypatch, hook, form):
+    fast = triton_launch.FastLaunch(kernel)
+    x, out = torch.randn(8), torch.empty(8)
+    fast.launch((1,), x, out, 8, 1.0, BLOCK=8)
+    fast.launch((1,), x, out, 8, 1.0, BLOCK=8)
+    assert len(kernel.jit_calls) == 1 and len(kernel.fast_calls) == 1
+    profiler_hook = lambda metadata: None  # noqa: E731
+    # Triton < 3.6 holds a function or None; 3.6+ a chain of hooks that profilers add to
+    value = profiler_hook if form == "function" else types.SimpleNamespace(calls=[profiler_hook])
+    monkeypatch.setattr(triton_launch.knobs.runtime, hook, value)
+    for _ in range(3):
+        fast.launch((1,), x, out, 8, 1.0, BLOCK=8)
+    assert len(kernel.jit_calls) == 4 and len(kernel.fast_calls) == 1
+
+
+def test_the_cache_is_bounded(kernel, monkeypatch):
+    monkeypatch.setattr(triton_launch, "MAX_ENTRIES", 2)
+    fast = triton_launch.FastLaunch(kernel)
+    x, out = torch.randn(8), torch.empty(8)
+    for n in (8, 16, 24):
+        fast.launch((1,), x, out, n, 1.0, BLOCK=8)
+    assert len(fast._compiled) == 1  # cleared when full, then the third key stored
+
+
+def test_a_launch_that_returns_no_compiled_kernel_is_not_cached(kernel):
+    kernel.compiled = None  # e.g. another Triton's return value
+    fast = triton_launch.FastLaunch(kernel)
+    x, out = torch.randn(8), torch.empty(8)
+    for _ in range(2):
+        fast.launch((1,), x, out, 8, 1.0, BLOCK=8)
+    assert len(kernel.jit_calls) == 2 and fast._compiled == {}
+
+
+def test_interpreted_and_autotuned_kernels_always_take_their_own_launch():
+    from triton.runtime.interpreter import InterpretedFunction
+
+    interpreted = InterpretedFunction(scale_kernel)
+    assert not triton_launch.FastLaunch(interpreted).enabled
+    tuned = triton.autotune(configs=[triton.Config({"BLOCK": 8})], key=["n"])(JITFunction(scale_kernel))
+    assert not triton_launch.FastLaunch(tuned).enabled
+
+
+def test_a_tensor_where_a_float_was_compiles_anew_and_passes_its_pointer(kernel):
+    fast = triton_launch.FastLaunch(kernel)
+    x, out, scale = torch.randn(8), torch.empty(8), torch.ones(())
+    for _ in range(2):
+        fast.launch((1,), x, out, 8, 1.0, BLOCK=8)
+    for _ in range(2):
+        fast.launch((1,), x, out, 8, scale, BLOCK=8)
+    assert len(kernel.jit_calls) == 2 and len(kernel.fast_calls) == 2
+    assert kernel.fast_calls[1][9:13] == (x.data_ptr(), out.data_ptr(), 8, scale.data_ptr())
+
+
+@pytest.mark.parametrize("positions", [(), (2,), (0, 3)])
+def test_gather_always_returns_a_tuple(positions):
+    args = ("a", "b", "c", "d")
+    assert triton_launch._gather(positions)(args) == tuple(args[i] for i in positions)
+
+
+def test_integer_helpers_match_triton():
+    for n in range(1, 300):
+        assert triton_launch.next_power_of_2(n) == triton.next_power_of_2(n)
+        for d in (1, 3, 16, 128):
+            assert triton_launch.cdiv(n, d) == triton.cdiv(n, d)
+    assert triton_launch.next_power_of_2(0) == 1
