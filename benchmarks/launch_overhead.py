@@ -1,18 +1,20 @@
-"""Host time of eager MLA calls on a CUDA device: Triton's JIT launch against FastLaunch.
+"""Host time of eager calls on a CUDA device: Triton's JIT launch against FastLaunch.
 
-At one RoPE token or a batch-1 decode the GPU work is a few microseconds, so back-to-back eager
-calls measure the host: this times (wall clock per call, 2000 calls after a warm-up) the
-public API, the ``_cuda`` implementation with ``FastLaunch`` (``flashinfer._core.triton_launch``)
-and the same with Triton's own ``kernel[grid]`` launch, then prints a cProfile of one thousand
-implementation calls of each kind (top functions by own time) to show where the time goes.
+At one RoPE token, a batch-1 decode or a few-row GEMM the GPU work is a few microseconds, so
+back-to-back eager calls measure the host: this times (wall clock per call, 2000 calls after a
+warm-up) calls with ``FastLaunch`` (``flashinfer._core.triton_launch``), the same with Triton's
+own ``kernel[grid]`` launch, and for the autotuned GEMM kernels with Triton's Autotuner on every
+call, then prints a cProfile of one thousand RoPE and decode calls of each kind (top functions
+by own time) to show where the time goes.
 
 Run from the repository root on a CUDA machine:
-``PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-mla/src python benchmarks/launch_overhead.py``
+``PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-gemm/src:packages/flashinfer-mla/src python benchmarks/launch_overhead.py``
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import json
@@ -76,21 +78,71 @@ def main():
     facts["jit_launch_returns"] = repr(type(_jit_launch_result(rope_kernels, internal)))
     print(json.dumps(facts, indent=1), flush=True)
 
+    import flashinfer.gemm
+    from flashinfer.gemm.kernels import fp8_blockwise, fp8_bmm
+
+    e4m3, bf16 = torch.float8_e4m3fn, torch.bfloat16
+    A = torch.randn(128, 4, 128, device="cuda").to(e4m3)  # MLA absorb: 128 heads, 4 tokens
+    B = torch.randn(128, 512, 128, device="cuda").to(e4m3).transpose(1, 2)
+    one = torch.ones((), device="cuda")
+    bmm_out = torch.empty(128, 4, 512, dtype=bf16, device="cuda")
+    bmm_api = lambda: flashinfer.gemm.bmm_fp8(A, B, one, one, bf16, bmm_out)  # noqa: E731
+    a, b = torch.randn(4, 7168, device="cuda").to(e4m3), torch.randn(2, 2048, 7168, device="cuda").to(e4m3)
+    m_indices = torch.zeros(4, dtype=torch.int32, device="cuda")
+    a_scale, b_scale = torch.ones(4, 56, device="cuda"), torch.ones(2, 16, 56, device="cuda")
+    group_out = torch.empty(4, 2048, dtype=bf16, device="cuda")
+    group_api = lambda: flashinfer.gemm.group_deepgemm_fp8_nt_groupwise(  # noqa: E731
+        a, b, a_scale, b_scale, m_indices, out=group_out
+    )
+
     rows = []
-    launchers = (rope_kernels._ROPE_QUANTIZE, mla_decode._DECODE, mla_decode._COMBINE)
-    for name, fn in (("rope 1 token, public API", rope_api), ("rope 1 token, _cuda", rope_impl),
-                     ("decode B=1 H=128 fp8, _cuda (2 launches)", decode_impl)):  # fmt: skip
+    launchers = (rope_kernels._ROPE_QUANTIZE, mla_decode._DECODE, mla_decode._COMBINE,
+                 fp8_bmm._TUNED.fast, fp8_blockwise._TUNED.fast)  # fmt: skip
+    for name, fn, tuned in (
+        ("rope 1 token, public API", rope_api, None),
+        ("rope 1 token, _cuda", rope_impl, None),
+        ("decode B=1 H=128 fp8, _cuda (2 launches)", decode_impl, None),
+        ("bmm_fp8 128 x (4 x 128) x (128 x 512), public API", bmm_api, fp8_bmm),
+        ("group_deepgemm 4 rows, n 2048, k 7168, public API", group_api, fp8_blockwise),
+    ):
+        fn()
         fast = eager_wall_us(fn)
         with jit_launch(*launchers):
             jit = eager_wall_us(fn)
-        rows.append({"call": name, "fast_launch_us": fast, "jit_launch_us": jit})
-        print(f"{name:42s} FastLaunch {fast:7.1f} us   Triton JIT launch {jit:7.1f} us", flush=True)
+        row = {"call": name, "fast_launch_us": fast, "jit_launch_us": jit}
+        if tuned is not None:  # the Autotuner's own launch on every call (the previous code)
+            with autotuner_launch(tuned):
+                row["autotuner_launch_us"] = eager_wall_us(fn)
+        rows.append(row)
+        print(
+            f"{name:52s} FastLaunch {fast:7.1f} us   Triton JIT launch {jit:7.1f} us"
+            + (f"   Autotuner launch {row['autotuner_launch_us']:7.1f} us" if tuned is not None else ""),
+            flush=True,
+        )
     for name, fn in (("rope _cuda", rope_impl), ("decode _cuda", decode_impl)):
         print(f"--- cProfile, {name}, FastLaunch\n{profile(fn)}")
         with jit_launch(*launchers):
             print(f"--- cProfile, {name}, Triton JIT launch\n{profile(fn)}")
     with open(os.path.join(args.out, "launch_overhead.json"), "w") as f:
         json.dump({"meta": facts, "rows": rows}, f, indent=1)
+
+
+@contextlib.contextmanager
+def autotuner_launch(module):
+    """Launch the module's autotuned kernel through Triton's Autotuner on every call."""
+    from flashinfer.gemm.kernels import AUTOTUNED_LAUNCH
+
+    class ThroughAutotuner:
+        def launch(self, grid, key, *args, **constants):
+            with AUTOTUNED_LAUNCH:
+                saved.tuned[grid](*args, **constants)
+
+    saved = module._TUNED
+    module._TUNED = ThroughAutotuner()
+    try:
+        yield
+    finally:
+        module._TUNED = saved
 
 
 def _jit_launch_result(rope_kernels, internal):

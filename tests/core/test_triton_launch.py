@@ -208,3 +208,15 @@ def test_integer_helpers_match_triton():
         for d in (1, 3, 16, 128):
             assert triton_launch.cdiv(n, d) == triton.cdiv(n, d)
     assert triton_launch.next_power_of_2(0) == 1
+
+
+def test_varying_integers_are_keyed_by_their_specialization(kernel):
+    fast = triton_launch.FastLaunch(kernel, varying=("n",))
+    x, out = torch.randn(64), torch.empty(64)
+    for n in (64, 48, 32):  # all divisible by 16: one compiled variant
+        fast.launch((1,), x, out, n, 1.0, BLOCK=8)
+    assert len(kernel.jit_calls) == 1 and len(kernel.fast_calls) == 2
+    assert kernel.fast_calls[-1][11] == 32  # the value itself is passed
+    for n in (50, 1, 2**31):  # not divisible by 16; the value 1; 64-bit
+        fast.launch((1,), x, out, n, 1.0, BLOCK=8)
+    assert len(kernel.jit_calls) == 4

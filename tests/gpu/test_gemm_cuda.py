@@ -152,6 +152,28 @@ def test_bmm_fp8_mla_absorb(seed, tokens, path):
     )
 
 
+def test_bmm_fp8_repeat_calls_take_the_cached_tile(seed):
+    """After a shape bucket's first (autotuned) call, launches skip the Autotuner and the JIT
+    dispatch (``TunedLaunch``/``FastLaunch``): row counts of the same bucket, rows not divisible
+    by 16 and an output at another pointer alignment are all exact."""
+    needs_fp8()
+    from flashinfer.gemm.kernels import fp8_bmm
+
+    B = fp8((128, 512, 128)).transpose(1, 2)
+    scale = pow2(())
+    # 65-128 rows share one autotune bucket; an offset of 4 elements is 8 bytes (not 16-aligned)
+    for tokens, offset in ((96, 0), (80, 0), (77, 0), (96, 4), (65, 4)):
+        A = fp8((128, tokens, 128))
+        buf = nan_like((128 * tokens * 512 + 16,), torch.bfloat16)
+        out = buf[offset : offset + 128 * tokens * 512].view(128, tokens, 512)
+        cuda_module().bmm(A, B, out, scale, scale)
+        oracle = (A.double() @ B.double()) * scale.double() ** 2
+        check(out, oracle, torch.bfloat16, FAST_ACCUM_TOL)
+    if fp8_bmm._TUNED.fast.enabled:
+        # one entry per (rows divisible by 16, output alignment): 96/80, 77, 96 at +8 bytes, 65 at +8
+        assert len(fp8_bmm._TUNED.fast._compiled) >= 2
+
+
 @pytest.mark.parametrize("batch", [1, 8])
 def test_bmm_fp8_channelwise_and_strided(seed, batch):
     needs_fp8()

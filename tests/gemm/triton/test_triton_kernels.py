@@ -262,27 +262,47 @@ def test_group_gemm_masked(seed):
 # thread safety
 
 
-def test_autotuned_launches_hold_the_lock(monkeypatch):
+def test_tuned_launch_autotunes_once_per_key_under_the_lock(monkeypatch):
     """Triton's Autotuner keeps per-call state on the shared object, so concurrent calls corrupt
-    each other (found by the CUDA thread test on the H200): every autotuned launch holds
-    ``AUTOTUNED_LAUNCH``; fixed-config launches do not need it."""
+    each other (found by the CUDA thread test on the H200): a key's first launch autotunes under
+    ``AUTOTUNED_LAUNCH``; later launches of the key take the chosen config without the
+    Autotuner (and without the lock)."""
+    import triton
+
     from flashinfer.gemm import kernels
     from flashinfer.gemm.kernels import fp8_blockwise, fp8_bmm
 
-    held = []
+    events = []
+    chosen = triton.Config({"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8}, num_warps=4)
 
     class RecordingAutotuner:
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: held.append(kernels.AUTOTUNED_LAUNCH.locked())
+        fn = None  # no JIT function behind it: FastLaunch stays disabled and is replaced below
+        best_config = chosen
 
-    monkeypatch.setattr(fp8_bmm, "fp8_bmm_tuned", RecordingAutotuner())
-    monkeypatch.setattr(fp8_blockwise, "fp8_blockwise_tuned", RecordingAutotuner())
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: events.append(("autotune", kernels.AUTOTUNED_LAUNCH.locked()))
+
+    class RecordingFastLaunch:
+        def launch(self, grid, *args, **meta):
+            events.append(
+                ("cached", kernels.AUTOTUNED_LAUNCH.locked(), grid, meta["BLOCK_M"], meta["num_warps"])
+            )
+
+    for module in (fp8_bmm, fp8_blockwise):
+        tuned = kernels.TunedLaunch(RecordingAutotuner())
+        tuned.fast = RecordingFastLaunch()
+        monkeypatch.setattr(module, "_TUNED", tuned)
     one = torch.ones(())
-    fp8_bmm.fp8_bmm(
-        fp8((1, 16, 32)), fp8((1, 32, 16)), one, one, torch.empty(1, 16, 16, dtype=torch.bfloat16)
-    )
+    for m in (100, 120, 300):  # 100 and 120 share the power-of-two bucket of the autotune key
+        fp8_bmm.fp8_bmm(
+            fp8((2, m, 32)), fp8((2, 32, 200)), one, one, torch.empty(2, m, 200, dtype=torch.bfloat16)
+        )
+    assert events == [("autotune", True), ("cached", False, (4 * 4, 2), 32, 4), ("autotune", True)]
+
+    events.clear()
     a, b = fp8((16, 128)), fp8((128, 128))
     out = torch.empty(16, 128, dtype=torch.bfloat16)
-    fp8_blockwise.gemm_groupwise(a, b, pow2((16, 1)), pow2((1, 1)), 1, 128, 128, out)
-    assert held == [True, True]
+    for _ in range(2):
+        fp8_blockwise.gemm_groupwise(a, b, pow2((16, 1)), pow2((1, 1)), 1, 128, 128, out)
+    assert [e[:2] for e in events] == [("autotune", True), ("cached", False)]
     assert not kernels.AUTOTUNED_LAUNCH.locked()

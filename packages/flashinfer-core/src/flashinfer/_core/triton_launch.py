@@ -10,10 +10,11 @@ the compiled kernel on what these launches vary and calls it directly with raw p
 Rules
 -----
 - The key holds every argument's type, each tensor's dtype and its pointer's remainder mod 16,
-  every integer, bool and ``None`` by value (floats by type only), the keyword arguments
-  (constexprs and launch options) and the device. That is finer than Triton's own specialization, so the compiled kernel
-  found is always the one Triton would have chosen; integers should take few distinct values
-  (strides, head counts). At most ``MAX_ENTRIES`` kernels are kept per launcher.
+  every integer, bool and ``None`` by value (floats by type only; ``varying`` integers by
+  divisibility by 16, equality to 1 and width), the keyword arguments (constexprs and launch
+  options) and the device. That is at least as fine as Triton's own specialization, so the
+  compiled kernel found is always the one Triton would have chosen. At most ``MAX_ENTRIES``
+  kernels are kept per launcher.
 - Runtime arguments are passed positionally, constexprs and launch options by keyword.
 - The first call of a key, and every call while a launch hook is set (profilers such as
   proton), under ``TRITON_INTERPRET=1`` or on a Triton without ``triton.knobs`` (< 3.4, another
@@ -67,16 +68,29 @@ def _gather(positions: tuple):
     return (lambda args: (args[positions[0]],)) if positions else (lambda args: ())
 
 
-class _ArgPattern:
-    """Where the tensors and the value-keyed scalars (ints, bools, None) sit in an argument list."""
+def _int_class(x: int) -> tuple:
+    # what Triton specializes an integer on (divisibility by 16, the value 1, its width)
+    return x & 15 == 0, x == 1, -(2**31) <= x < 2**31, x < 2**63
 
-    def __init__(self, types: tuple):
-        self.tensor_positions = tuple(i for i, t in enumerate(types) if issubclass(t, torch.Tensor))
-        scalar_positions = tuple(
-            i for i, t in enumerate(types) if not issubclass(t, torch.Tensor) and t is not float
-        )
+
+class _ArgPattern:
+    """Where the tensors, the value-keyed scalars (ints, bools, None) and the class-keyed
+    integers (``varying``) sit in an argument list."""
+
+    def __init__(self, types: tuple, varying: frozenset):
+        def where(test):
+            return tuple(i for i, t in enumerate(types) if test(i, t))
+
+        self.tensor_positions = where(lambda i, t: issubclass(t, torch.Tensor))
         self.tensors = _gather(self.tensor_positions)
-        self.scalars = _gather(scalar_positions)
+        self.varying = _gather(where(lambda i, t: i in varying and t is int))
+        self.scalars = _gather(
+            where(
+                lambda i, t: (
+                    not issubclass(t, torch.Tensor) and t is not float and not (i in varying and t is int)
+                )
+            )
+        )
 
 
 def _hooked(hook) -> bool:
@@ -92,6 +106,9 @@ class FastLaunch:
     kernel : triton.runtime.JITFunction
         The ``@triton.jit`` function. Anything else (an interpreted function, an autotuner) is
         always launched through ``kernel[grid]``.
+    varying : tuple of str, optional
+        Integer parameters that take many values (a row count): keyed by what Triton
+        specializes on (divisibility by 16, the value 1, the width) instead of by value.
 
     Examples
     --------
@@ -99,9 +116,11 @@ class FastLaunch:
     ``add_kernel[(blocks,)](x, y, out, n, BLOCK=1024, num_warps=4)`` runs.
     """
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, varying: tuple = ()):
         self.kernel = kernel
         self.enabled = knobs is not None and isinstance(kernel, JITFunction)
+        names = [p.name for p in getattr(kernel, "params", ())]
+        self._varying = frozenset(names.index(name) for name in varying) if self.enabled else frozenset()
         self._compiled: dict = {}
         self._patterns: dict = {}
 
@@ -119,7 +138,7 @@ class FastLaunch:
         types = tuple(map(type, args))
         pattern = self._patterns.get(types)
         if pattern is None:
-            pattern = self._patterns[types] = _ArgPattern(types)
+            pattern = self._patterns[types] = _ArgPattern(types, self._varying)
         tensors = pattern.tensors(args)
         device = driver.active.get_current_device()
         if tensors and tensors[0].get_device() != device:
@@ -137,7 +156,7 @@ class FastLaunch:
         # the pattern stands for the argument types (one pattern per types, hashed by identity)
         key = (
             device, pattern, tuple(kwargs.items()), tuple(map(_DTYPE, tensors)),
-            tuple(map(_REMAINDER_16, ptrs)), pattern.scalars(args),
+            tuple(map(_REMAINDER_16, ptrs)), pattern.scalars(args), tuple(map(_int_class, pattern.varying(args))),
         )  # fmt: skip
         entry = self._compiled.get(key)
         if entry is None:

@@ -31,13 +31,14 @@ tiles have work (no host synchronization), so every launch can be captured in a 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import triton
 import triton.language as tl
 
 from ..._core.triton_launch import next_power_of_2
-from . import AUTOTUNED_LAUNCH
+from . import TunedLaunch
 
 # layouts and the e4m3 limit, as constexpr globals so the kernel can read them
 DENSE = tl.constexpr(0)
@@ -211,8 +212,16 @@ fp8_blockwise_tuned = triton.autotune(
     key=["M_BUCKET", "N", "K", "NUM_GROUPS", "LAYOUT", "OUT_FP8"],
     prune_configs_by={"early_config_prune": _prune_configs},
 )(fp8_blockwise_kernel)
+_TUNED = TunedLaunch(fp8_blockwise_tuned, varying=("M",))
 
 
+def _strides3(x) -> tuple:
+    # (group, row, column) strides; a 2-D tensor is shared by all groups
+    strides = x.stride()
+    return strides if len(strides) == 3 else (0, *strides)
+
+
+@functools.cache
 def _num_programs(device) -> int:
     if device.type == "cuda":
         import torch
@@ -224,7 +233,8 @@ def _num_programs(device) -> int:
 def _launch(
     a, b, a_scale, b_scale, rows, out, output_scale, m, n, k, groups, m_hint, layout, scale_block, config
 ):
-    """Shared launcher: ``a``/``b``/``out``/scales are 3-D (group, rows, cols) views."""
+    """Shared launcher: ``a``/``b``/``out``/scales are 3-D (group, rows, cols), or 2-D and
+    shared by every group (group stride 0, read without making a view)."""
     scale_bm, scale_bn, scale_bk = scale_block
     block_k = math.gcd(scale_bk, 128)
     out_fp8 = output_scale is not None
@@ -234,7 +244,7 @@ def _launch(
     args = (
         a, b, out, a_scale, b_scale, rows_arg, out_scale_arg,
         m, n, k, groups, next_power_of_2(m_hint),
-        *a.stride(), *b.stride(), *out.stride(), *a_scale.stride(), *b_scale.stride(),
+        *_strides3(a), *_strides3(b), *_strides3(out), *_strides3(a_scale), *_strides3(b_scale),
         output_scale.stride(0) if out_fp8 else 0,
     )  # fmt: skip
     constants = {
@@ -247,8 +257,8 @@ def _launch(
         "BLOCK_K": block_k,
     }
     if config is None:
-        with AUTOTUNED_LAUNCH:
-            fp8_blockwise_tuned[(num_programs,)](*args, **constants)
+        key = (args[11], n, k, groups, a.dtype, b.dtype, out.dtype, *constants.values())
+        _TUNED.launch((num_programs,), key, *args, **constants)
     else:
         fp8_blockwise_kernel[(num_programs,)](*args, **constants, **config)
 
@@ -281,9 +291,22 @@ def gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, outpu
     m, k = a.shape
     n = b.shape[0]
     _launch(
-        a.unsqueeze(0), b.unsqueeze(0), a_scale.unsqueeze(0), b_scale.unsqueeze(0), None, out.unsqueeze(0),
-        output_scale, m, n, k, 1, m, DENSE, (block_m, block_n, block_k), config,
-    )  # fmt: skip
+        a,
+        b,
+        a_scale,
+        b_scale,
+        None,
+        out,
+        output_scale,
+        m,
+        n,
+        k,
+        1,
+        m,
+        DENSE,
+        (block_m, block_n, block_k),
+        config,
+    )
 
 
 def group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out, config=None):
@@ -308,12 +331,10 @@ def group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out, config=None):
     """
     m, k = a.shape
     groups, n, _ = b.shape
-    # a, a_scale and out are shared by all groups: group stride 0
-    shared = (groups, -1, -1)
+    # a, a_scale and out (2-D) are shared by all groups
     _launch(
-        a.expand(shared), b, a_scale.expand(shared), b_scale, m_indices, out.expand(shared),
-        None, m, n, k, groups, m, CONTIGUOUS, (1, 128, 128), config,
-    )  # fmt: skip
+        a, b, a_scale, b_scale, m_indices, out, None, m, n, k, groups, m, CONTIGUOUS, (1, 128, 128), config
+    )
 
 
 def group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out, config=None):

@@ -8,10 +8,10 @@ Layout
   tensor-core FP8 dot takes any pair of the two formats); any strides. The usual B is
   column-major (``B.stride(-2) == 1``, the transpose of a contiguous ``(batch, n, k)``
   weight), so both operands are read along k in 16-byte vectors.
-- ``a_scale (batch, m)`` / ``b_scale (batch, n)`` float32 views: a per-tensor scale arrives as
-  a 0-dim tensor expanded to these shapes (strides 0), a per-channel one as the ``(b, m, 1)`` /
-  ``(b, 1, n)`` view with its own strides. Scales multiply the fp32 accumulator once, in
-  the epilogue.
+- ``a_scale (batch, m)`` / ``b_scale (batch, n)`` float32, addressed by (batch, row) and
+  (batch, column) strides: a per-tensor scale is a 0-dim tensor read with strides 0, a
+  per-channel one the ``(b, m, 1)`` / ``(b, 1, n)`` tensor with its own strides. Scales multiply
+  the fp32 accumulator once, in the epilogue.
 - ``out (batch, m, n)``: bf16, fp16 or fp32, any strides; written once.
 
 Accumulation: on Hopper, Triton lets the FP8 tensor cores accumulate the whole k with their
@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from ..._core.triton_launch import cdiv, next_power_of_2
-from . import AUTOTUNED_LAUNCH
+from . import TunedLaunch
 
 
 def _configs():
@@ -118,6 +118,7 @@ def fp8_bmm_kernel(
 
 
 fp8_bmm_tuned = triton.autotune(configs=_configs(), key=["M_BUCKET", "N", "K"])(fp8_bmm_kernel)
+_TUNED = TunedLaunch(fp8_bmm_tuned, varying=("M",))
 
 
 def fp8_bmm(A, B, A_scale, B_scale, out, config=None) -> None:
@@ -140,19 +141,19 @@ def fp8_bmm(A, B, A_scale, B_scale, out, config=None) -> None:
     """
     batch, m, k = A.shape
     n = B.shape[2]
-    a_scale = A_scale.reshape(()).expand(batch, m) if A_scale.dim() == 0 else A_scale[:, :, 0]
-    b_scale = B_scale.reshape(()).expand(batch, n) if B_scale.dim() == 0 else B_scale[:, 0, :]
+    # (batch, row) / (batch, column) strides of the scales, read without making views
+    a_scale_strides = A_scale.stride()[:2] if A_scale.dim() else (0, 0)
+    b_scale_strides = B_scale.stride()[::2] if B_scale.dim() else (0, 0)
     args = (
-        A, B, out, a_scale, b_scale,
+        A, B, out, A_scale, B_scale,
         m, n, k, next_power_of_2(m),
-        *A.stride(), *B.stride(), *out.stride(), *a_scale.stride(), *b_scale.stride(),
+        *A.stride(), *B.stride(), *out.stride(), *a_scale_strides, *b_scale_strides,
     )  # fmt: skip
 
     def grid(meta):
         return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]), batch)
 
     if config is None:
-        with AUTOTUNED_LAUNCH:
-            fp8_bmm_tuned[grid](*args)
+        _TUNED.launch(grid, (args[8], n, k, A.dtype, B.dtype, out.dtype), *args)
     else:
         fp8_bmm_kernel[grid](*args, **config)
