@@ -174,6 +174,29 @@ def test_bmm_fp8_repeat_calls_take_the_cached_tile(seed):
         assert len(fp8_bmm._TUNED.fast._compiled) >= 2
 
 
+@pytest.mark.parametrize("k,n", [(128, 512), (512, 128)])
+@pytest.mark.parametrize(
+    "tile", [(128, 128, 8, 3, 1), (128, 128, 8, 2, 2), (64, 128, 4, 3, 2), (128, 128, 8, 3, 0)], ids=str
+)
+def test_bmm_fp8_every_tile_kind(seed, k, n, tile):
+    """The persistent and one-program-a-tile kernels, one K step (k = 128) or a K loop, at an
+    MLA absorb shape, whichever the autotuner would pick."""
+    needs_fp8()
+    from flashinfer.gemm.kernels import fp8_bmm
+
+    bm, bn, warps, stages, per_sm = tile
+    A = fp8((128, 300, k))
+    B = fp8((128, n, k)).transpose(1, 2)
+    A_scale, B_scale = pow2(()), pow2((128, 1, n))
+    out = nan_like((128, 300, n), torch.bfloat16)
+    config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "GROUP_M": 8, "PROGRAMS_PER_SM": per_sm,
+              "num_warps": warps, "num_stages": stages}  # fmt: skip
+    fp8_bmm.fp8_bmm(A, B, A_scale, B_scale, out, config=config)
+    check(
+        out, (A.double() @ B.double()) * A_scale.double() * B_scale.double(), torch.bfloat16, FAST_ACCUM_TOL
+    )
+
+
 @pytest.mark.parametrize("batch", [1, 8])
 def test_bmm_fp8_channelwise_and_strided(seed, batch):
     needs_fp8()

@@ -54,7 +54,8 @@ def expand_blocks(scale, rows, cols, block_rows, block_cols):
 @pytest.mark.parametrize("a_dtype,b_dtype", [(E4M3, E4M3), (E4M3, E5M2), (E5M2, E4M3), (E5M2, E5M2)], ids=str)
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("channelwise", [False, True], ids=["per-tensor", "per-channel"])
-def test_fp8_bmm(seed, a_dtype, b_dtype, out_dtype, channelwise):
+@pytest.mark.parametrize("per_sm", [0, 1], ids=["tile-grid", "persistent"])
+def test_fp8_bmm(seed, a_dtype, b_dtype, out_dtype, channelwise, per_sm):
     from flashinfer.gemm.kernels import fp8_bmm
 
     batch, m, k, n = 3, 20, 80, 24
@@ -66,15 +67,34 @@ def test_fp8_bmm(seed, a_dtype, b_dtype, out_dtype, channelwise):
         A_scale, B_scale = pow2(()), pow2(())
     out = nan_like((batch, m, n), out_dtype)
 
-    fp8_bmm.fp8_bmm(
-        A, B, A_scale, B_scale, out, config={"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "GROUP_M": 2}
-    )
+    # persistent: 4 programs (the interpreter's "multiprocessors") walk the 12 tiles
+    config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "GROUP_M": 2, "PROGRAMS_PER_SM": per_sm}
+    fp8_bmm.fp8_bmm(A, B, A_scale, B_scale, out, config=config)
 
     oracle = (A.double() @ B.double()) * A_scale.double() * B_scale.double()
     assert_close_to(out, oracle, out_dtype)
 
 
-def test_fp8_bmm_strided_everything(seed):
+@pytest.mark.parametrize("per_sm", [0, 1], ids=["tile-grid", "persistent"])
+def test_fp8_bmm_one_k_step(seed, per_sm):
+    """k within one BLOCK_K (the MLA absorb product with k = 128): a tile is one load and one dot."""
+    from flashinfer.gemm.kernels import fp8_bmm
+
+    batch, m, k, n = 5, 20, 24, 40  # k not a multiple of 16: the K mask matters
+    A = fp8((batch, m, k))
+    B = fp8((batch, n, k)).transpose(1, 2)
+    A_scale, B_scale = pow2(()), pow2((batch, 1, n))
+    out = nan_like((batch, m, n), torch.bfloat16)
+
+    config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "GROUP_M": 2, "PROGRAMS_PER_SM": per_sm}
+    fp8_bmm.fp8_bmm(A, B, A_scale, B_scale, out, config=config)
+
+    oracle = (A.double() @ B.double()) * A_scale.double() * B_scale.double()
+    assert_close_to(out, oracle, torch.bfloat16)
+
+
+@pytest.mark.parametrize("per_sm", [0, 2], ids=["tile-grid", "persistent"])
+def test_fp8_bmm_strided_everything(seed, per_sm):
     """Row-major B, padded A rows, scale views with gaps, and an output that is a strided view."""
     from flashinfer.gemm.kernels import fp8_bmm
 
@@ -86,9 +106,8 @@ def test_fp8_bmm_strided_everything(seed):
     buffer = nan_like((batch, n, 2 * m), torch.bfloat16)
     out = buffer[:, :, ::2].transpose(1, 2)  # (batch, m, n) with strides (2mn, 2, 2m)
 
-    fp8_bmm.fp8_bmm(
-        A, B, A_scale, B_scale, out, config={"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1}
-    )
+    config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "PROGRAMS_PER_SM": per_sm}
+    fp8_bmm.fp8_bmm(A, B, A_scale, B_scale, out, config=config)
 
     oracle = (A.double() @ B.double()) * A_scale.double() * B_scale.double()
     assert_close_to(out, oracle, torch.bfloat16)

@@ -5,6 +5,7 @@ kernel, then a launcher that derives strides and the grid and launches. Importin
 imports Triton; only ``flashinfer.gemm._cuda`` imports them, lazily, on the first CUDA call.
 """
 
+import functools
 import threading
 
 from ..._core.triton_launch import FastLaunch
@@ -53,3 +54,13 @@ class TunedLaunch:
             return
         meta = {**constants, **chosen}
         self.fast.launch(grid(meta) if callable(grid) else grid, *args, **meta)
+
+
+@functools.cache
+def multiprocessors(device) -> int:
+    """Multiprocessors of a CUDA device, read once (persistent grids are sized by it)."""
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4  # the CPU interpreter: a few programs still exercise the persistent loops

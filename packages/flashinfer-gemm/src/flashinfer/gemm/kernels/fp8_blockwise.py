@@ -31,14 +31,13 @@ tiles have work (no host synchronization), so every launch can be captured in a 
 
 from __future__ import annotations
 
-import functools
 import math
 
 import triton
 import triton.language as tl
 
 from ..._core.triton_launch import next_power_of_2
-from . import TunedLaunch
+from . import TunedLaunch, multiprocessors
 
 # layouts and the e4m3 limit, as constexpr globals so the kernel can read them
 DENSE = tl.constexpr(0)
@@ -221,15 +220,6 @@ def _strides3(x) -> tuple:
     return strides if len(strides) == 3 else (0, *strides)
 
 
-@functools.cache
-def _num_programs(device) -> int:
-    if device.type == "cuda":
-        import torch
-
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 4  # the CPU interpreter: a few programs still exercise the persistent loop
-
-
 def _launch(
     a, b, a_scale, b_scale, rows, out, output_scale, m, n, k, groups, m_hint, layout, scale_block, config
 ):
@@ -240,7 +230,7 @@ def _launch(
     out_fp8 = output_scale is not None
     rows_arg = rows if rows is not None else a_scale
     out_scale_arg = output_scale if out_fp8 else a_scale
-    num_programs = _num_programs(a.device)
+    num_programs = multiprocessors(a.device)
     args = (
         a, b, out, a_scale, b_scale, rows_arg, out_scale_arg,
         m, n, k, groups, next_power_of_2(m_hint),

@@ -28,26 +28,88 @@ import triton
 import triton.language as tl
 
 from ..._core.triton_launch import cdiv, next_power_of_2
-from . import TunedLaunch
+from . import TunedLaunch, multiprocessors
+
+MIN_BLOCK_K = 128  # the smallest BLOCK_K of the autotuned tiles
 
 
 def _configs():
     # The DeepSeek MLA absorb products are (tokens x 128) @ (128 x 512) and
     # (tokens x 512) @ (512 x 128) for 128 heads: small k or small n, so tiles of 64 rows keep
     # enough programs in flight; 128-row tiles win once tokens reach the hundreds. (Two-stage
-    # variants for the one-K-step k = 128 case were measured on the H200 and did not help.)
+    # and one-stage variants for the one-K-step k = 128 case were measured on the H200 and did
+    # not help.) Persistent tiles (last field: programs a multiprocessor) walk the tile list in
+    # one loop; at k = 128 that loop has no inner K loop and is software-pipelined, so the next
+    # tiles' loads overlap a tile's output stores, which bound the k = 128 products.
     shapes = [
-        (64, 128, 128, 4, 3),
-        (64, 64, 128, 4, 4),
-        (128, 128, 128, 8, 3),
-        (128, 64, 128, 4, 4),
-        (128, 256, 128, 8, 3),
-        (16, 64, 256, 4, 4),
+        (64, 128, 128, 4, 3, 0),
+        (64, 64, 128, 4, 4, 0),
+        (128, 128, 128, 8, 3, 0),
+        (128, 64, 128, 4, 4, 0),
+        (128, 256, 128, 8, 3, 0),
+        (16, 64, 256, 4, 4, 0),
+        (128, 128, 128, 8, 3, 1),
+        (128, 128, 128, 8, 2, 2),
+        (64, 128, 128, 4, 3, 2),
+        (128, 256, 128, 8, 2, 1),
     ]
     return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_warps=w, num_stages=s)
-        for bm, bn, bk, w, s in shapes
+        triton.Config(
+            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "PROGRAMS_PER_SM": p},
+            num_warps=w,
+            num_stages=s,
+        )
+        for bm, bn, bk, w, s, p in shapes
     ]
+
+
+@triton.jit
+def _bmm_tile(
+    a_ptr, b_ptr, out_ptr, a_scale_ptr, b_scale_ptr, pid, batch, M, N, K,
+    stride_az, stride_am, stride_ak, stride_bz, stride_bk, stride_bn, stride_oz, stride_om, stride_on,
+    stride_saz, stride_sam, stride_sbz, stride_sbn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    ONE_K_STEP: tl.constexpr,
+):  # fmt: skip
+    # one BLOCK_M x BLOCK_N output tile of one batch; tiles of a batch in GROUP_M-row bands
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    band = pid // (GROUP_M * tiles_n)
+    first_m = band * GROUP_M
+    band_rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % band_rows)
+    pid_n = (pid % (GROUP_M * tiles_n)) // band_rows
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    a_ptrs = a_ptr + batch * stride_az + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + batch * stride_bz + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+
+    if ONE_K_STEP:
+        # no K loop: in a persistent program the tile loop itself is software-pipelined, so the
+        # next tiles' operands load while this tile's output is stored
+        mask_k = offs_k < K
+        a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0.0)
+        acc = tl.dot(a, b)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            mask_k = offs_k < K - k0
+            a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0.0)
+            acc = tl.dot(a, b, acc)
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
+
+    a_scale = tl.load(a_scale_ptr + batch * stride_saz + offs_m * stride_sam, mask=mask_m, other=0.0)
+    b_scale = tl.load(b_scale_ptr + batch * stride_sbz + offs_n * stride_sbn, mask=mask_n, other=0.0)
+    acc = acc * a_scale[:, None] * b_scale[None, :]
+    out_ptrs = out_ptr + batch * stride_oz + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
 
 @triton.jit
@@ -63,6 +125,7 @@ def fp8_bmm_kernel(
     N,
     K,
     M_BUCKET,
+    BATCH,
     # strides, in elements
     stride_az,
     stride_am,
@@ -82,39 +145,27 @@ def fp8_bmm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    # 0: one program a tile, grid (tiles, batch); else persistent programs, grid (programs,)
+    PROGRAMS_PER_SM: tl.constexpr = 0,
+    # K <= 128 (every tile's BLOCK_K is at least 128): a tile is one load and one dot
+    ONE_K_STEP: tl.constexpr = False,
 ):
-    pid = tl.program_id(0)
-    batch = tl.program_id(1).to(tl.int64)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    band = pid // (GROUP_M * tiles_n)
-    first_m = band * GROUP_M
-    band_rows = tl.minimum(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % band_rows)
-    pid_n = (pid % (GROUP_M * tiles_n)) // band_rows
-
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    mask_m = offs_m < M
-    mask_n = offs_n < N
-    a_ptrs = a_ptr + batch * stride_az + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + batch * stride_bz + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        mask_k = offs_k < K - k0
-        a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
-        b = tl.load(b_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0.0)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-
-    a_scale = tl.load(a_scale_ptr + batch * stride_saz + offs_m * stride_sam, mask=mask_m, other=0.0)
-    b_scale = tl.load(b_scale_ptr + batch * stride_sbz + offs_n * stride_sbn, mask=mask_n, other=0.0)
-    acc = acc * a_scale[:, None] * b_scale[None, :]
-    out_ptrs = out_ptr + batch * stride_oz + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+    if PROGRAMS_PER_SM == 0:
+        _bmm_tile(
+            a_ptr, b_ptr, out_ptr, a_scale_ptr, b_scale_ptr, tl.program_id(0), tl.program_id(1).to(tl.int64),
+            M, N, K, stride_az, stride_am, stride_ak, stride_bz, stride_bk, stride_bn,
+            stride_oz, stride_om, stride_on, stride_saz, stride_sam, stride_sbz, stride_sbn,
+            BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, ONE_K_STEP,
+        )  # fmt: skip
+    else:
+        tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+        for tile in tl.range(tl.program_id(0), BATCH * tiles, tl.num_programs(0)):
+            _bmm_tile(
+                a_ptr, b_ptr, out_ptr, a_scale_ptr, b_scale_ptr, tile % tiles, (tile // tiles).to(tl.int64),
+                M, N, K, stride_az, stride_am, stride_ak, stride_bz, stride_bk, stride_bn,
+                stride_oz, stride_om, stride_on, stride_saz, stride_sam, stride_sbz, stride_sbn,
+                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, ONE_K_STEP,
+            )  # fmt: skip
 
 
 fp8_bmm_tuned = triton.autotune(configs=_configs(), key=["M_BUCKET", "N", "K"])(fp8_bmm_kernel)
@@ -137,7 +188,8 @@ def fp8_bmm(A, B, A_scale, B_scale, out, config=None) -> None:
         ``[batch, m, n]`` bf16, fp16 or fp32, any strides; written in place.
     config : dict, optional
         Fixed tile parameters (``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``, ``GROUP_M`` and optionally
-        ``num_warps``/``num_stages``) instead of autotuning; the tests use small tiles.
+        ``PROGRAMS_PER_SM``, ``num_warps``/``num_stages``) instead of autotuning; the tests use
+        small tiles.
     """
     batch, m, k = A.shape
     n = B.shape[2]
@@ -146,14 +198,18 @@ def fp8_bmm(A, B, A_scale, B_scale, out, config=None) -> None:
     b_scale_strides = B_scale.stride()[::2] if B_scale.dim() else (0, 0)
     args = (
         A, B, out, A_scale, B_scale,
-        m, n, k, next_power_of_2(m),
+        m, n, k, next_power_of_2(m), batch,
         *A.stride(), *B.stride(), *out.stride(), *a_scale_strides, *b_scale_strides,
     )  # fmt: skip
+    num_sms = multiprocessors(A.device)
 
     def grid(meta):
-        return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]), batch)
+        tiles = cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"])
+        per_sm = meta.get("PROGRAMS_PER_SM", 0)
+        return (min(batch * tiles, num_sms * per_sm),) if per_sm else (tiles, batch)
 
-    if config is None:
-        _TUNED.launch(grid, (args[8], n, k, A.dtype, B.dtype, out.dtype), *args)
+    if config is None:  # every autotuned tile's BLOCK_K is at least MIN_BLOCK_K
+        key = (args[8], n, k, A.dtype, B.dtype, out.dtype)
+        _TUNED.launch(grid, key, *args, ONE_K_STEP=k <= MIN_BLOCK_K)
     else:
-        fp8_bmm_kernel[grid](*args, **config)
+        fp8_bmm_kernel[grid](*args, **config, ONE_K_STEP=k <= config["BLOCK_K"])
