@@ -8,6 +8,9 @@ imports Triton; only ``flashinfer.gemm._cuda`` imports them, lazily, on the firs
 import functools
 import threading
 
+import triton
+import triton.language as tl
+
 from ..._core.triton_launch import FastLaunch
 
 # Triton's Autotuner keeps per-call state on the shared object (it sets ``nargs`` at the start of
@@ -64,3 +67,13 @@ def multiprocessors(device) -> int:
 
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 4  # the CPU interpreter: a few programs still exercise the persistent loops
+
+
+@triton.jit
+def banded_tile(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """(row tile, column tile) of tile number ``tile``: row tiles go in bands of ``GROUP_M``, so
+    tiles in flight together share B columns in L2."""
+    band = tile // (GROUP_M * tiles_n)
+    first_m = band * GROUP_M
+    band_rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    return first_m + (tile % band_rows), (tile % (GROUP_M * tiles_n)) // band_rows

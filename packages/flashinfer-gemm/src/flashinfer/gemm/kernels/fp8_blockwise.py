@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from ..._core.triton_launch import next_power_of_2
-from . import TunedLaunch, multiprocessors
+from . import TunedLaunch, banded_tile, multiprocessors
 
 # layouts and the e4m3 limit, as constexpr globals so the kernel can read them
 DENSE = tl.constexpr(0)
@@ -139,12 +139,7 @@ def fp8_blockwise_kernel(
 
     for tile in range(tl.program_id(0), num_tiles, NUM_PROGRAMS):
         # tile -> (group, row tile, column tile), row tiles in bands of GROUP_M
-        in_group = tile % tiles_per_group
-        band = in_group // (GROUP_M * tiles_n)
-        first_m = band * GROUP_M
-        band_rows = tl.minimum(tiles_m - first_m, GROUP_M)
-        pid_m = first_m + (in_group % band_rows)
-        pid_n = (in_group % (GROUP_M * tiles_n)) // band_rows
+        pid_m, pid_n = banded_tile(tile % tiles_per_group, tiles_m, tiles_n, GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask_n = offs_n < N

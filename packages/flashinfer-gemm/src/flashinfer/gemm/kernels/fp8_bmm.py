@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from ..._core.triton_launch import cdiv, next_power_of_2
-from . import TunedLaunch, multiprocessors
+from . import TunedLaunch, banded_tile, multiprocessors
 
 MIN_BLOCK_K = 128  # the smallest BLOCK_K of the autotuned tiles
 
@@ -71,14 +71,8 @@ def _bmm_tile(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     ONE_K_STEP: tl.constexpr,
 ):  # fmt: skip
-    # one BLOCK_M x BLOCK_N output tile of one batch; tiles of a batch in GROUP_M-row bands
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    band = pid // (GROUP_M * tiles_n)
-    first_m = band * GROUP_M
-    band_rows = tl.minimum(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % band_rows)
-    pid_n = (pid % (GROUP_M * tiles_n)) // band_rows
+    # one BLOCK_M x BLOCK_N output tile of one batch
+    pid_m, pid_n = banded_tile(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
