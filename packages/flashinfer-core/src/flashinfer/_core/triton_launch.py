@@ -18,7 +18,9 @@ Rules
 - Runtime arguments are passed positionally, constexprs and launch options by keyword.
 - The first call of a key, and every call while a launch hook is set (profilers such as
   proton), under ``TRITON_INTERPRET=1`` or on a Triton without ``triton.knobs`` (< 3.4, another
-  launch protocol), goes through ``kernel[grid]`` itself.
+  launch protocol), goes through ``kernel[grid]`` itself. The protocol used (``CompiledKernel.run``
+  taking every parameter after the grid, stream, handles and hooks) is the one of Triton 3.4 to
+  3.9's sources; it has run on 3.6 (H200) and, stubbed, is tested on CPU.
 - The launch runs on the first tensor argument's device (a device guard when that is not the
   current device). Callers have validated that every tensor lives on that CUDA device: pointers
   are passed as integers, which the launcher does not check again.
