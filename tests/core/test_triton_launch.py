@@ -150,7 +150,7 @@ def test_a_launch_hook_keeps_every_call_on_the_jit_path(kernel, monkeypatch, hoo
     fast.launch((1,), x, out, 8, 1.0, BLOCK=8)
     assert len(kernel.jit_calls) == 1 and len(kernel.fast_calls) == 1
     profiler_hook = lambda metadata: None  # noqa: E731
-    # Triton < 3.6 holds a function or None; 3.6+ a chain of hooks that profilers add to
+    # Triton 3.4 holds a function or None; 3.5+ a chain of hooks that profilers add to
     value = profiler_hook if form == "function" else types.SimpleNamespace(calls=[profiler_hook])
     monkeypatch.setattr(triton_launch.knobs.runtime, hook, value)
     for _ in range(3):

@@ -96,7 +96,7 @@ class _ArgPattern:
 
 
 def _hooked(hook) -> bool:
-    # Triton >= 3.6 keeps a chain of hooks (empty unless a profiler added one); before, None
+    # Triton >= 3.5 keeps a chain of hooks (empty unless a profiler added one); 3.4 a hook or None
     return hook is not None and getattr(hook, "calls", True) != []
 
 
