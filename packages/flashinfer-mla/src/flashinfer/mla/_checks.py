@@ -86,7 +86,7 @@ def check_scale(scale, name: str, device: torch.device):
         if scale.numel() != 1:
             fail(ValueError, name, "a float or a one-element float32 tensor", scale)
         check_device(scale, name, device, "query")
-        return scale.reshape(())
+        return scale if scale.dim() == 0 else scale.reshape(())  # a view costs host time
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         fail(TypeError, name, "a float or a one-element float32 tensor", scale)
     if not math.isfinite(scale):
