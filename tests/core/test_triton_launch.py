@@ -11,17 +11,12 @@ import types
 
 import pytest
 import torch
+import triton
+import triton.language as tl
+from triton.compiler import CompiledKernel
+from triton.runtime.jit import JITFunction
 
-triton = pytest.importorskip("triton")
-triton_launch = pytest.importorskip("flashinfer._core.triton_launch")
-if triton_launch.knobs is None:
-    pytest.skip(
-        "this Triton predates triton.knobs: FastLaunch always takes the JIT path", allow_module_level=True
-    )
-
-import triton.language as tl  # noqa: E402
-from triton.compiler import CompiledKernel  # noqa: E402
-from triton.runtime.jit import JITFunction  # noqa: E402
+from flashinfer._core import triton_launch
 
 STREAM = 777
 
