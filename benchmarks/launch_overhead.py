@@ -75,7 +75,6 @@ def main():
     decode_impl()
     facts["rope_compiled_entries"] = len(rope_kernels._ROPE_QUANTIZE._compiled)
     facts["decode_compiled_entries"] = len(mla_decode._DECODE._compiled)
-    facts["jit_launch_returns"] = repr(type(_jit_launch_result(rope_kernels, internal)))
     print(json.dumps(facts, indent=1), flush=True)
 
     import flashinfer.gemm
@@ -143,26 +142,6 @@ def autotuner_launch(module):
         yield
     finally:
         module._TUNED = saved
-
-
-def _jit_launch_result(rope_kernels, internal):
-    # the object Triton's kernel[grid] returns: FastLaunch caches it when it is a CompiledKernel
-    captured = []
-    launcher = rope_kernels._ROPE_QUANTIZE
-    original = launcher._compile_and_launch
-
-    def spy(key, grid, args, kwargs):
-        captured.append(launcher.kernel[grid](*args, **kwargs))
-
-    launcher._compile_and_launch = spy
-    launcher._compiled.clear()
-    try:
-        from flashinfer.mla import _cuda
-
-        _cuda.rope_quantize(*internal)
-    finally:
-        launcher._compile_and_launch = original
-    return captured[0] if captured else None
 
 
 if __name__ == "__main__":

@@ -5,13 +5,13 @@ kernel, then a launcher that derives strides and the grid and launches. Importin
 imports Triton; only ``flashinfer.gemm._cuda`` imports them, lazily, on the first CUDA call.
 """
 
-import functools
 import threading
 
 import triton
 import triton.language as tl
 
 from ..._core.triton_launch import FastLaunch
+from ...utils import get_device_sm_count
 
 # Triton's Autotuner keeps per-call state on the shared object (it sets ``nargs`` at the start of
 # every call and clears it at the end), so calls from several threads at once corrupt each
@@ -59,13 +59,10 @@ class TunedLaunch:
         self.fast.launch(grid(meta) if callable(grid) else grid, *args, **meta)
 
 
-@functools.cache
 def multiprocessors(device) -> int:
-    """Multiprocessors of a CUDA device, read once (persistent grids are sized by it)."""
+    """Multiprocessors of a CUDA device (persistent grids are sized by it)."""
     if device.type == "cuda":
-        import torch
-
-        return torch.cuda.get_device_properties(device).multi_processor_count
+        return get_device_sm_count(device)  # cached per device
     return 4  # the CPU interpreter: a few programs still exercise the persistent loops
 
 

@@ -276,22 +276,9 @@ def gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, outpu
     m, k = a.shape
     n = b.shape[0]
     _launch(
-        a,
-        b,
-        a_scale,
-        b_scale,
-        None,
-        out,
-        output_scale,
-        m,
-        n,
-        k,
-        1,
-        m,
-        DENSE,
-        (block_m, block_n, block_k),
+        a, b, a_scale, b_scale, None, out, output_scale, m, n, k, 1, m, DENSE, (block_m, block_n, block_k),
         config,
-    )
+    )  # fmt: skip
 
 
 def group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out, config=None):
