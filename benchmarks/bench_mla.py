@@ -126,11 +126,17 @@ def decode_shapes(targets_only):
             for batch in (1, 8, 32, 64, 128)]  # fmt: skip
 
 
+def kernel_and_plan(case, plan):
+    """The decode kernel module that runs ``case`` (its tier) and that kernel's plan."""
+    return _cuda._decode_kernel(case["query"], case["kv"], D_V, plan, case["kv"].stride(0))
+
+
 def bench_decode(copy_bw, rows, reference_shapes, targets_only):
     for kind, batch, heads, q_len in decode_shapes(targets_only):
         dtype = DTYPES[kind]
         case = sparse_case(batch, heads, q_len, dtype, seed=len(rows))
         plan = _cuda.decode_plan(batch, q_len, heads, TOPK, case["query"].device)
+        kernel, kernel_plan = kernel_and_plan(case, plan)
         run_sparse(_cuda, case, plan)
         err = oracle_error(case)
         ms = median_ms(lambda case=case, plan=plan: run_sparse(_cuda, case, plan))
@@ -138,13 +144,13 @@ def bench_decode(copy_bw, rows, reference_shapes, targets_only):
         nbytes, flops, floor_ms = decode_roofline(batch, heads, q_len, kind, copy_bw)
         row = {
             "op": "sparse_decode", "dtype": kind, "batch": batch, "heads": heads,
-            "q_len": q_len, "topk": TOPK, "splits": plan.num_splits, "ms": ms, "graph_us": graph_ms * 1e3,
+            "q_len": q_len, "topk": TOPK, "splits": kernel_plan.num_splits, "ms": ms, "graph_us": graph_ms * 1e3,
             "tflops": flops / ms * 1e-9, "gbps": nbytes / ms * 1e-6,
             "floor_ms": floor_ms, "rel_err": err,
         }  # fmt: skip
         if batch == 1:  # host-bound: eager wall time per call, cached kernel vs Triton's JIT launch
             row["eager_us"] = eager_wall_us(lambda case=case, plan=plan: run_sparse(_cuda, case, plan))
-            with jit_launch(mla_decode._DECODE, mla_decode._COMBINE):
+            with jit_launch(kernel._DECODE, kernel._COMBINE):
                 row["eager_jit_us"] = eager_wall_us(
                     lambda case=case, plan=plan: run_sparse(_cuda, case, plan)
                 )
@@ -152,7 +158,7 @@ def bench_decode(copy_bw, rows, reference_shapes, targets_only):
             row["reference_ms"] = median_ms(lambda case=case: run_sparse(_reference, case, None))
         rows.append(row)
         print(
-            f"decode {kind:4s} B={batch:3d} H={heads:3d} q_len={q_len} splits={plan.num_splits:2d} "
+            f"decode {kind:4s} B={batch:3d} H={heads:3d} q_len={q_len} splits={kernel_plan.num_splits:2d} "
             f"{ms * 1e3:8.1f} us (graph {graph_ms * 1e3:8.1f} us) {row['tflops']:6.1f} TFLOP/s {row['gbps']:6.0f} GB/s "
             f"floor {floor_ms * 1e3:6.1f} us err {err:.1e}"
             + (f" ref {row['reference_ms'] * 1e3:9.1f} us" if "reference_ms" in row else "")
@@ -182,11 +188,12 @@ def tune(copy_bw, rows):
     """Time candidate tiles at the plan's split count on the key decode shapes, then the best
     tile at half and twice that count. The batch-128 shapes try every tile; the others only the
     two fastest so far of their class (each tile costs a compile)."""
+    os.environ["FLASHINFER_KERNEL_TIER"] = "tl"  # the tiles tuned here are the portable kernel's
     ranking = {}  # (dtype, many heads) -> {tile: summed time}
     for kind, dtype in DTYPES.items():
         for batch, heads in TUNE_SHAPES:
             case = sparse_case(batch, heads, 1, dtype)
-            base = _cuda.decode_plan(batch, 1, heads, TOPK, case["query"].device)
+            base = _cuda.decode_plan(batch, 1, heads, TOPK, case["query"].device).portable
             cls = (kind, heads > 32)
             seen = ranking.setdefault(cls, {})
             tiles = TUNE_TILES[cls] if batch == 128 or not seen else sorted(seen, key=seen.get)[:2]
@@ -211,7 +218,7 @@ def tune_one(copy_bw, rows, kind, case, batch, heads, tile, splits):
     """Time one (tile, splits) on ``case``; None when it does not compile or fit."""
     block_h, block_n, warps, stages, upcast_qk = tile
     config = mla_decode.DecodeConfig(block_h, block_n, warps, stages, 1, bool(upcast_qk))
-    plan = mla_decode.DecodePlan(splits, triton.cdiv(heads, block_h), config, config)
+    plan = _cuda.DecodePlans(mla_decode.DecodePlan(splits, triton.cdiv(heads, block_h), config, config), None)
     try:
         run_sparse(_cuda, case, plan)
         err = oracle_error(case)

@@ -5,17 +5,26 @@ the API layer has validated everything. Triton and the kernel modules are import
 first call, never at import. FP8 decode needs FP8 tensor cores (compute capability 8.9+);
 older devices run FP8 decode through the reference implementation, BF16 decode through Triton.
 Float16 decode runs the reference on every device.
+
+Decode kernels come in two tiers (``flashinfer._core.kernel_tier``): on Hopper the Gluon kernel
+(``kernels/mla_decode_gluon.py``) takes e4m3 and bf16 decode with 512 latent and 64 rope dims;
+every other device, dtype or width runs the portable Triton kernel (``kernels/mla_decode.py``).
 """
 
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
+
+from .._core.kernel_tier import gluon_supported, use_gluon
 
 __all__ = ["decode_plan", "dense_decode", "rope_quantize", "sparse_decode"]
 
 FP8_DOT_CAPABILITY = (8, 9)
+# the Gluon decode kernel's shape: 512 latent + 64 rope dims
+GLUON_DECODE_DIMS = (512, 576)
 
 
 @functools.cache
@@ -24,6 +33,13 @@ def _kernels():
     from .kernels import rope_quantize as rope
 
     return rope, mla_decode
+
+
+@functools.cache
+def _gluon_kernels():
+    from .kernels import mla_decode_gluon
+
+    return mla_decode_gluon
 
 
 @functools.cache
@@ -62,17 +78,45 @@ def rope_quantize(
     )  # fmt: skip
 
 
+class DecodePlans(NamedTuple):
+    """The split schedules of one decode call shape, per kernel tier.
+
+    The dtype and width that pick the kernel are not known when the plan is made (metadata is
+    built from the shape alone), so it holds the plan of each kernel that may run.
+    """
+
+    portable: object  # kernels.mla_decode.DecodePlan
+    gluon: object  # the Gluon kernel's plan, or None where that tier cannot run
+
+
 @functools.cache
-def decode_plan(batch: int, q_len: int, heads: int, topk: int, device):
-    """The split schedule of a decode call shape, from the device's multiprocessor count.
+def decode_plan(batch: int, q_len: int, heads: int, topk: int, device) -> DecodePlans:
+    """The split schedules of a decode call shape, from the device's multiprocessor count.
 
     Returns
     -------
-    DecodePlan
+    DecodePlans
         Frozen; depends on the shape and device only, never on ``seq_lens`` values.
     """
-    num_sms, _ = _device_facts(_device(device))
-    return _kernels()[1].plan_decode(batch, q_len, heads, topk, num_sms)
+    device = _device(device)
+    num_sms, _ = _device_facts(device)
+    portable = _kernels()[1].plan_decode(batch, q_len, heads, topk, num_sms)
+    if not gluon_supported(device.index):
+        return DecodePlans(portable, None)
+    return DecodePlans(portable, _gluon_kernels().plan_decode_gluon(batch, q_len, heads, topk, num_sms))
+
+
+def _decode_kernel(query, kv, d_v: int, plan: DecodePlans, *kv_strides: int):
+    # (kernel module, its plan): Gluon on Hopper for the DeepSeek widths when the key rows are
+    # 16-byte aligned (its cp.async copies), else the portable kernel
+    if (
+        (d_v, query.shape[-1]) == GLUON_DECODE_DIMS
+        and kv.data_ptr() % 16 == 0
+        and all(stride % 16 == 0 for stride in kv_strides)
+        and use_gluon(query.device)
+    ):
+        return _gluon_kernels(), plan.gluon
+    return _kernels()[1], plan.portable
 
 
 def _fp8_on_reference(query) -> bool:
@@ -100,8 +144,9 @@ def sparse_decode(
         return
     if plan is None:
         plan = decode_plan(*query.shape[:3], indices.shape[-1], query.device)
-    _kernels()[1].mla_decode(
-        query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, workspace, plan,
+    kernel, kernel_plan = _decode_kernel(query, kv, out.shape[-1], plan, kv.stride(0))
+    kernel.mla_decode(
+        query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, workspace, kernel_plan,
         0, kv.shape[0], kv.stride(0), 0,
     )  # fmt: skip
 
@@ -117,7 +162,10 @@ def dense_decode(
         return
     page_size = kv_pages.shape[1]
     plan = decode_plan(*query.shape[:3], block_tables.shape[-1] * page_size, query.device)
-    _kernels()[1].mla_decode(
-        query, kv_pages, block_tables, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, workspace, plan,
-        page_size, kv_pages.shape[0], kv_pages.stride(0), kv_pages.stride(1),
+    kernel, kernel_plan = _decode_kernel(
+        query, kv_pages, out.shape[-1], plan, kv_pages.stride(0), kv_pages.stride(1)
+    )
+    kernel.mla_decode(
+        query, kv_pages, block_tables, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, workspace,
+        kernel_plan, page_size, kv_pages.shape[0], kv_pages.stride(0), kv_pages.stride(1),
     )  # fmt: skip

@@ -1,0 +1,107 @@
+"""Sparse MLA decode on one CUDA device: the Gluon kernel next to the portable Triton kernel.
+
+For each shape and each kernel tier (``FLASHINFER_KERNEL_TIER``), the error against a float64
+oracle and the time per call in a CUDA graph (median of replays, inputs as in ``bench_mla.py``:
+fresh random indices into a KV pool far larger than L2), next to the floor from the measured copy
+bandwidth. ``--variants`` also times other Gluon tiles (stages, gather warps, keys a stage).
+
+Run::
+
+    PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-mla/src \\
+        python3 benchmarks/decode_tiers.py --out OUT_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_mla  # noqa: E402
+
+SHAPES = [  # (dtype, batch, heads, q_len)
+    ("fp8", 128, 128, 1), ("fp8", 128, 64, 1), ("fp8", 32, 128, 2), ("fp8", 1, 128, 1),
+    ("fp8", 128, 16, 1), ("fp8", 64, 128, 1), ("fp8", 64, 64, 1), ("fp8", 32, 128, 1),
+    ("fp8", 128, 128, 2), ("bf16", 128, 128, 1), ("bf16", 32, 64, 1), ("bf16", 8, 16, 1),
+]  # fmt: skip
+VARIANT_SHAPES = [("fp8", 128, 128, 1), ("fp8", 128, 16, 1), ("fp8", 1, 128, 1), ("bf16", 128, 128, 1)]
+
+
+def run(case, plan):
+    from flashinfer.mla import _cuda
+
+    bench_mla.run_sparse(_cuda, case, plan)
+
+
+def measure(case, plan):
+    run(case, plan)
+    err = bench_mla.oracle_error(case)
+    return err, bench_mla.graph_time_ms(lambda: run(case, plan)) * 1e3
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/out"))
+    parser.add_argument("--variants", action="store_true", help="also time other Gluon tiles")
+    parser.add_argument("--tiers", default="gluon,tl")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    from flashinfer.mla import _cuda
+    from flashinfer.mla.kernels import mla_decode_gluon as glu
+
+    copy_bw = bench_mla.copy_bandwidth()
+    print(f"copy {copy_bw * 1e-9:.0f} GB/s", flush=True)
+    rows = []
+    for kind, batch, heads, q_len in SHAPES:
+        case = bench_mla.sparse_case(batch, heads, q_len, bench_mla.DTYPES[kind])
+        plan = _cuda.decode_plan(batch, q_len, heads, bench_mla.TOPK, case["query"].device)
+        nbytes, flops, floor_ms = bench_mla.decode_roofline(batch, heads, q_len, kind, copy_bw)
+        line = f"{kind:4s} B={batch:3d} H={heads:3d} q={q_len} floor {floor_ms * 1e3:6.1f} us"
+        for tier in args.tiers.split(","):
+            os.environ["FLASHINFER_KERNEL_TIER"] = tier
+            err, us = measure(case, plan)
+            rows.append({"dtype": kind, "batch": batch, "heads": heads, "q_len": q_len, "tier": tier,
+                         "graph_us": us, "rel_err": err, "floor_us": floor_ms * 1e3,
+                         "gbps": nbytes / us * 1e-3, "tflops": flops / us * 1e-6})  # fmt: skip
+            line += f" | {tier} {us:7.1f} us err {err:.1e} ({nbytes / us * 1e-3:5.0f} GB/s)"
+        print(line, flush=True)
+        del case
+    os.environ["FLASHINFER_KERNEL_TIER"] = "gluon"
+    if args.variants:
+        configs = [
+            glu.GluonDecodeConfig(64, 2, 1),
+            glu.GluonDecodeConfig(64, 3, 4),
+            glu.GluonDecodeConfig(64, 2, 4),
+        ]
+        bf16_configs = [glu.GluonDecodeConfig(32, 4, 1), glu.GluonDecodeConfig(32, 3, 4)]
+        default = (glu.FP8_CONFIG, glu.BF16_CONFIG)
+        for kind, batch, heads, q_len in VARIANT_SHAPES:
+            case = bench_mla.sparse_case(batch, heads, q_len, bench_mla.DTYPES[kind])
+            plan = _cuda.decode_plan(batch, q_len, heads, bench_mla.TOPK, case["query"].device)
+            for config in configs if kind == "fp8" else bf16_configs:
+                if kind == "fp8":
+                    glu.FP8_CONFIG = config
+                else:
+                    glu.BF16_CONFIG = config
+                try:
+                    err, us = measure(case, plan)
+                except Exception as exc:  # a tile that does not compile or fit is reported
+                    print(f"variant {kind} B={batch} H={heads} {config}: {type(exc).__name__}: {exc}"[:300])
+                    continue
+                finally:
+                    glu.FP8_CONFIG, glu.BF16_CONFIG = default
+                rows.append({"dtype": kind, "batch": batch, "heads": heads, "q_len": q_len,
+                             "variant": str(config), "graph_us": us, "rel_err": err})  # fmt: skip
+                print(
+                    f"variant {kind} B={batch:3d} H={heads:3d} {config}: {us:7.1f} us err {err:.1e}",
+                    flush=True,
+                )
+            del case
+    with open(os.path.join(args.out, "decode_tiers.json"), "w") as f:
+        json.dump({"copy_gbps": copy_bw * 1e-9, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Which tier of our own kernels runs on a CUDA device: Gluon (Hopper) or portable Triton.
+
+Two tiers of Triton kernels serve the NVIDIA path:
+
+- ``gluon``: kernels written in Gluon (``triton.experimental.gluon``) for Hopper (compute
+  capability 9.0 exactly): warp-specialized partitions, wgmma, ``cp.async``/TMA rings and
+  mbarriers. They use Gluon APIs that change between Triton releases, so they run only on the
+  Triton versions listed in ``GLUON_TRITON_VERSIONS``, the ones they were compiled and run with;
+- ``tl``: the portable ``triton.language`` kernels, everywhere else (Ampere, Ada, Blackwell, any
+  other Triton).
+
+``FLASHINFER_KERNEL_TIER`` chooses: ``auto`` (the default) takes ``gluon`` where it runs, ``tl``
+forces the portable kernels, ``gluon`` forces the Gluon kernels and raises where they cannot run
+(for tests and benchmarks). An op may still take ``tl`` for a shape its Gluon kernel does not
+cover; the op's module says which.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from .errors import BackendSupportedError
+
+__all__ = ["GLUON_TRITON_VERSIONS", "KERNEL_TIER_ENV", "gluon_supported", "use_gluon"]
+
+KERNEL_TIER_ENV = "FLASHINFER_KERNEL_TIER"
+GLUON_TRITON_VERSIONS = ((3, 6),)
+GLUON_CAPABILITY = (9, 0)
+
+
+@functools.cache
+def _triton_has_gluon() -> bool:
+    try:
+        import triton
+        from triton.experimental.gluon.language.nvidia import hopper  # noqa: F401
+    except ImportError:
+        return False
+    version = tuple(int(part) for part in triton.__version__.split(".")[:2])
+    return version in GLUON_TRITON_VERSIONS
+
+
+@functools.cache
+def gluon_supported(device_index: int) -> bool:
+    """Whether the Gluon tier can run on CUDA device ``device_index`` with this Triton."""
+    return torch.cuda.get_device_capability(device_index) == GLUON_CAPABILITY and _triton_has_gluon()
+
+
+def use_gluon(device: torch.device) -> bool:
+    """Whether an op on CUDA ``device`` (with an index) should take its Gluon kernel.
+
+    Raises
+    ------
+    BackendSupportedError
+        ``FLASHINFER_KERNEL_TIER=gluon`` on a device or Triton the Gluon kernels do not run on.
+    ValueError
+        ``FLASHINFER_KERNEL_TIER`` set to anything but ``auto``, ``gluon`` or ``tl``.
+    """
+    tier = os.environ.get(KERNEL_TIER_ENV, "auto")
+    if tier == "auto":
+        return gluon_supported(device.index)
+    if tier == "tl":
+        return False
+    if tier == "gluon":
+        if not gluon_supported(device.index):
+            raise BackendSupportedError(
+                f"{KERNEL_TIER_ENV}=gluon: the Gluon kernels need compute capability "
+                f"{GLUON_CAPABILITY[0]}.{GLUON_CAPABILITY[1]} and Triton "
+                f"{' or '.join('.'.join(map(str, v)) for v in GLUON_TRITON_VERSIONS)}; this is "
+                f"{torch.cuda.get_device_capability(device.index)} with Triton {_triton_version()}"
+            )
+        return True
+    raise ValueError(f"{KERNEL_TIER_ENV} must be 'auto', 'gluon' or 'tl', got {tier!r}")
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+    except ImportError:
+        return "(not installed)"
+    return triton.__version__
