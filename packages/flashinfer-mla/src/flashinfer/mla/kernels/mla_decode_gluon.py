@@ -49,6 +49,8 @@ from .mla_decode import DecodePlan, _scale_arg, _workspace_splits, mla_combine_k
 
 LOG2E = gl.constexpr(1.4426950408889634)
 BLOCK_H = gl.constexpr(64)  # heads a program takes: the M of one wgmma
+# registers of the second attention warpgroup (a worker partition); the first gets what is left
+ATTENTION_REGS = gl.constexpr(232)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,17 +65,21 @@ class GluonDecodeConfig:
         Depth of the gather ring.
     gather_warps : int
         Warps of the gather partition.
+    qk_promote : int
+        FP8 only: add the ``Q K^T`` wgmma products into float32 every this many dims (0: one
+        chain over all 576, accumulated at the tensor core's FP8 accumulation precision).
     """
 
     block_n: int
     stages: int
-    gather_warps: int = 1
+    gather_warps: int = 4
+    qk_promote: int = 0
 
 
 # Shared memory (of 227 KB): FP8 holds the query (36 KB), a 3-deep ring of 36 KB stages and the
 # fp16 copy of V (64 KB); BF16 holds a 72 KB query and 36 KB stages of 32 keys.
-FP8_CONFIG = GluonDecodeConfig(block_n=64, stages=3)
-BF16_CONFIG = GluonDecodeConfig(block_n=32, stages=3)
+FP8_CONFIG = GluonDecodeConfig(block_n=64, stages=3, gather_warps=4)
+BF16_CONFIG = GluonDecodeConfig(block_n=32, stages=3, gather_warps=4)
 
 
 @gluon.jit
@@ -96,76 +102,76 @@ def _gather_partition(
     kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
     lat_ring, rope_ring, ready, empty,
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, ROWS: gl.constexpr, GATHER_WARPS: gl.constexpr,
+    STAGES: gl.constexpr, GATHER_WARPS: gl.constexpr,
 ):  # fmt: skip
-    # 16-byte vectors: a warp copies a whole latent row per instruction, a rope row in a few lanes
-    VEC: gl.constexpr = 128 // kv_ptr.dtype.element_ty.primitive_bitwidth
-    LAT_LANES: gl.constexpr = 32 if D_V // VEC >= 32 else D_V // VEC
-    ROPE_LANES: gl.constexpr = D_ROPE // VEC
-    lat_layout: gl.constexpr = gl.BlockedLayout(
-        [1, VEC], [32 // LAT_LANES, LAT_LANES], [GATHER_WARPS, 1], [1, 0]
-    )
-    rope_layout: gl.constexpr = gl.BlockedLayout(
-        [1, VEC], [32 // ROPE_LANES, ROPE_LANES], [GATHER_WARPS, 1], [1, 0]
-    )
+    # Eight lanes share a row: each copies D_V / 8 latent and D_ROPE / 8 rope values of it (16-byte
+    # copies, 8-byte for an FP8 rope part), so a lane handles BLOCK_N / (4 * GATHER_WARPS) rows
+    # with one index and one row offset each, the same rows in both layouts.
+    lat_layout: gl.constexpr = gl.BlockedLayout([1, D_V // 8], [4, 8], [GATHER_WARPS, 1], [1, 0])
+    rope_layout: gl.constexpr = gl.BlockedLayout([1, D_ROPE // 8], [4, 8], [GATHER_WARPS, 1], [1, 0])
+    row_layout: gl.constexpr = gl.SliceLayout(1, lat_layout)
     lat_cols = gl.arange(0, D_V, layout=gl.SliceLayout(0, lat_layout))
     rope_cols = D_V + gl.arange(0, D_ROPE, layout=gl.SliceLayout(0, rope_layout))
-    lat_rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, lat_layout))
-    rope_rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, rope_layout))
+    rows = gl.arange(0, BLOCK_N, layout=row_layout)
 
     num_blocks = gl.cdiv(end - start, BLOCK_N)
+    # the list entries of the next block are read one block ahead, so their latency overlaps
+    # the copies of this one
+    offs, valid = _key_rows(list_row, start + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAGE_SIZE)
     for block in range(num_blocks):
         stage = block % STAGES
+        next_offs, next_valid = _key_rows(
+            list_row, start + (block + 1) * BLOCK_N + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok,
+            PAGE_SIZE,
+        )  # fmt: skip
         # a stage is free once the attention partition released its previous use
         mbarrier.wait(empty.index(stage), ((block // STAGES) & 1) ^ 1)
-        lat_stage = lat_ring.index(stage)
-        rope_stage = rope_ring.index(stage)
-        for chunk in gl.static_range(BLOCK_N // ROWS):
-            pos0 = start + block * BLOCK_N + chunk * ROWS
-            offs, valid = _key_rows(
-                list_row, pos0 + lat_rows, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAGE_SIZE
-            )
-            async_copy.async_copy_global_to_shared(
-                lat_stage.slice(chunk * ROWS, ROWS, dim=0),
-                kv_ptr + offs[:, None] + lat_cols[None, :],
-                mask=valid[:, None],
-            )
-            offs, valid = _key_rows(
-                list_row, pos0 + rope_rows, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAGE_SIZE
-            )
-            async_copy.async_copy_global_to_shared(
-                rope_stage.slice(chunk * ROWS, ROWS, dim=0),
-                kv_ptr + offs[:, None] + rope_cols[None, :],
-                mask=valid[:, None],
-            )
+        async_copy.async_copy_global_to_shared(
+            lat_ring.index(stage), kv_ptr + offs[:, None] + lat_cols[None, :], mask=valid[:, None]
+        )
+        rope_offs = gl.convert_layout(offs, gl.SliceLayout(1, rope_layout))
+        rope_valid = gl.convert_layout(valid, gl.SliceLayout(1, rope_layout))
+        async_copy.async_copy_global_to_shared(
+            rope_ring.index(stage), kv_ptr + rope_offs[:, None] + rope_cols[None, :], mask=rope_valid[:, None]
+        )
         # every gather thread arrives when its own copies of this stage have landed
         async_copy.mbarrier_arrive(ready.index(stage), increment_count=False)
+        offs = next_offs
+        valid = next_valid
 
 
 @gluon.jit
 def _attention_partition(
     q_lat, q_rope, lat_ring, rope_ring, v16, ready, empty,
     list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok, scale_log2,
+    sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh, part_ptr, part_lse_ptr,
+    head0, num_heads,
     D_V: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-    FP8: gl.constexpr,
+    HALF: gl.constexpr, SPLIT: gl.constexpr, HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr,
+    QK_PROMOTE: gl.constexpr,
 ):  # fmt: skip
+    # One warpgroup: all 64 heads' scores (the other warpgroup computes the same ones: FP8 Q K^T
+    # is cheap, and each then owns whole rows, so the softmax needs no exchange) and the output
+    # columns [HALF * D_V / 2, (HALF + 1) * D_V / 2).
+    FP8: gl.constexpr = q_lat.dtype.primitive_bitwidth == 8
+    D_HALF: gl.constexpr = D_V // 2
     QK_K: gl.constexpr = 256 // q_lat.dtype.primitive_bitwidth
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, BLOCK_N // 2, QK_K]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, QK_K]
     )
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, D_V // 2, 16]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D_HALF, 16]
     )
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     p_dtype: gl.constexpr = gl.float16 if FP8 else gl.bfloat16
-    # the FP8 -> fp16 copy of V, 16 rows at a time (16 values a thread)
-    v_layout: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [8, 1], [1, 0])
-    V_ROWS: gl.constexpr = 16
+    # the FP8 -> fp16 copy of this half of V, 32 rows at a time (32 values a thread)
+    v_layout: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
+    V_ROWS: gl.constexpr = 32
 
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, s_layout))
     # the accumulator is carried through the loop as an in-flight wgmma result
-    acc = warpgroup_mma_init(gl.zeros([BLOCK_H, D_V], gl.float32, layout=o_layout))
+    acc = warpgroup_mma_init(gl.zeros([BLOCK_H, D_HALF], gl.float32, layout=o_layout))
     s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
     key_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
 
@@ -178,19 +184,29 @@ def _attention_partition(
             PAGE_SIZE,
         )  # fmt: skip
         mbarrier.wait(ready.index(stage), (block // STAGES) & 1)
+        # the rows were written by cp.async (generic proxy); wgmma reads through the async proxy
+        fence_async_shared()
         lat = lat_ring.index(stage)
-        s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_rope, rope_ring.index(stage).permute((1, 0)), s, is_async=True)
-        # the previous P V (issued before these two) must be done: it read v16 / the old stage
-        acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc,))
+        v_half = lat.slice(HALF * D_HALF, D_HALF, dim=1)
+        if QK_PROMOTE > 0:
+            s = warpgroup_mma(
+                q_lat, lat.permute((1, 0)), s_zero, use_acc=False, max_num_imprecise_acc=QK_PROMOTE
+            )
+            s = warpgroup_mma(q_rope, rope_ring.index(stage).permute((1, 0)), s)
+        else:
+            s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma(q_rope, rope_ring.index(stage).permute((1, 0)), s, is_async=True)
+        # the previous P V (issued before these) must be done: it read v16 / the old stage
+        acc = warpgroup_mma_wait(num_outstanding=0 if QK_PROMOTE > 0 else 2, deps=(acc,))
         if FP8:
             for r in gl.static_range(BLOCK_N // V_ROWS):
-                v = lat.slice(r * V_ROWS, V_ROWS, dim=0).load(v_layout)
+                v = v_half.slice(r * V_ROWS, V_ROWS, dim=0).load(v_layout)
                 v16.slice(r * V_ROWS, V_ROWS, dim=0).store(v.to(gl.float16))
             fence_async_shared()
         elif block > 0:
             mbarrier.arrive(empty.index((block - 1) % STAGES), count=1)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        if QK_PROMOTE == 0:
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         if FP8:
             mbarrier.arrive(empty.index(stage), count=1)
 
@@ -207,13 +223,40 @@ def _attention_partition(
         if FP8:
             acc = warpgroup_mma(p_op, v16, acc, is_async=True)
         else:
-            acc = warpgroup_mma(p_op, lat, acc, is_async=True)
+            acc = warpgroup_mma(p_op, v_half, acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    return (
-        acc,
-        gl.convert_layout(m_i, gl.SliceLayout(1, o_layout)),
-        gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)),
-    )
+
+    # epilogue: this half's output columns (and, from the first half, the LSE)
+    m_i = gl.convert_layout(m_i, gl.SliceLayout(1, o_layout))
+    l_i = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, o_layout))
+    head_ok = heads < num_heads
+    dv = HALF * D_HALF + gl.arange(0, D_HALF, layout=gl.SliceLayout(0, o_layout))
+    seen = l_i > 0.0
+    if not SPLIT:
+        denom = l_i
+        if HAS_SINKS:
+            sink = gl.load(sinks_ptr + heads, mask=head_ok, other=0.0) * LOG2E
+            denom += gl.exp2(sink - gl.where(seen, m_i, 0.0))
+        o_scale = gl.where(seen, scale2 / gl.where(seen, denom, 1.0), 0.0)
+        gl.store(
+            out_row + heads[:, None] * stride_oh + dv[None, :],
+            (acc * o_scale[:, None]).to(out_row.dtype.element_ty),
+            mask=head_ok[:, None],
+        )
+        if HAS_LSE and HALF == 0:
+            lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("inf"))
+            gl.store(lse_row + heads * stride_lh, lse, mask=head_ok)
+    else:
+        # partials in mla_decode's workspace format, merged by mla_combine_kernel
+        o_scale = gl.where(seen, 1.0 / gl.where(seen, l_i, 1.0), 0.0)
+        head_rows = heads.to(gl.int64)
+        gl.store(
+            part_ptr + head_rows[:, None] * D_V + dv[None, :], acc * o_scale[:, None], mask=head_ok[:, None]
+        )
+        if HALF == 0:
+            lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("-inf"))
+            gl.store(part_lse_ptr + head_rows, lse, mask=head_ok)
 
 
 @gluon.jit
@@ -233,6 +276,7 @@ def mla_decode_gluon_kernel(
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, GATHER_WARPS: gl.constexpr, SPLIT: gl.constexpr, HAS_SINKS: gl.constexpr,
     HAS_LSE: gl.constexpr, SCALE1_ON_DEVICE: gl.constexpr, SCALE2_ON_DEVICE: gl.constexpr,
+    QK_PROMOTE: gl.constexpr = 0,
 ):  # fmt: skip
     # program -> (head block, split, query token), as in mla_decode_kernel
     pid = gl.program_id(0)
@@ -242,6 +286,7 @@ def mla_decode_gluon_kernel(
     row = pid // (head_blocks * num_splits)  # b * q_len + t
     batch = row // q_len
     token = row % q_len
+    head0 = head_block * BLOCK_H
 
     n = gl.load(seq_lens_ptr + batch) - (q_len - 1 - token)
     n = gl.maximum(gl.minimum(n, list_width), 0)
@@ -251,16 +296,28 @@ def mla_decode_gluon_kernel(
     list_row = list_ptr + row.to(gl.int64) * stride_list_row
     if PAGE_SIZE > 0:
         list_row = list_ptr + batch.to(gl.int64) * stride_list_row
-
     if SCALE1_ON_DEVICE:
         scale_log2 = gl.load(bmm1_scale) * LOG2E
     else:
         scale_log2 = bmm1_scale * LOG2E
+    if SCALE2_ON_DEVICE:
+        scale2 = gl.load(bmm2_scale)
+    else:
+        scale2 = bmm2_scale
+    out_row = out_ptr + batch.to(gl.int64) * stride_ob + token * stride_ot
+    lse_row = lse_ptr + batch.to(gl.int64) * stride_lb + token * stride_lt
+    # split partials: [num_splits, rows * H, D_V] outputs, then [num_splits, rows * H] LSEs,
+    # float32 from the first 16-byte boundary of the byte workspace
+    workspace_f32 = (workspace_ptr + workspace_pad).to(gl.pointer_type(gl.float32))
+    part_rows = (gl.num_programs(0) // (head_blocks * num_splits)) * num_heads
+    part_row0 = split.to(gl.int64) * part_rows + row * num_heads
+    part_ptr = workspace_f32 + part_row0 * D_V
+    part_lse_ptr = workspace_f32 + num_splits * part_rows.to(gl.int64) * D_V + part_row0
 
     # stage the query in shared memory once: the A operand of every Q K^T
     dtype: gl.constexpr = q_ptr.dtype.element_ty
-    q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
-    heads = head_block * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, q_layout))
+    q_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
+    heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, q_layout))
     q_row = q_ptr + batch.to(gl.int64) * stride_qb + token * stride_qt + heads[:, None] * stride_qh
     head_ok = (heads < num_heads)[:, None]
     lat_cols = gl.arange(0, D_V, layout=gl.SliceLayout(0, q_layout))
@@ -277,70 +334,45 @@ def mla_decode_gluon_kernel(
     FP8: gl.constexpr = dtype.primitive_bitwidth == 8
     lat_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D_V], lat_smem)
     rope_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D_ROPE], rope_smem)
-    v16_rows: gl.constexpr = BLOCK_N if FP8 else 8  # BF16 rows feed P V from the ring
-    v16 = gl.allocate_shared_memory(
-        gl.float16, [v16_rows, D_V], gl.NVMMASharedLayout.get_default_for([v16_rows, D_V], gl.float16)
-    )
+    # each warpgroup's fp16 copy of its half of V (FP8 only: BF16 rows feed P V from the ring)
+    v16_rows: gl.constexpr = BLOCK_N if FP8 else 8
+    v16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([v16_rows, D_V // 2], gl.float16)
+    v16 = gl.allocate_shared_memory(gl.float16, [2, v16_rows, D_V // 2], v16_layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=32 * GATHER_WARPS)
-        mbarrier.init(empty.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # one arrival per attention warpgroup
     fence_async_shared()
 
-    acc, m_i, l_i = gl.warp_specialize(
+    gl.warp_specialize(
         [
             (
                 _attention_partition,
-                (q_lat, q_rope, lat_ring, rope_ring, v16, ready, empty,
+                (q_lat, q_rope, lat_ring, rope_ring, v16.index(0), ready, empty,
                  list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok, scale_log2,
-                 D_V, PAGE_SIZE, BLOCK_N, STAGES, FP8),
+                 sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh, part_ptr, part_lse_ptr,
+                 head0, num_heads,
+                 D_V, PAGE_SIZE, BLOCK_N, STAGES, 0, SPLIT, HAS_SINKS, HAS_LSE, QK_PROMOTE),
+            ),
+            (
+                _attention_partition,
+                (q_lat, q_rope, lat_ring, rope_ring, v16.index(1), ready, empty,
+                 list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok, scale_log2,
+                 sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh, part_ptr, part_lse_ptr,
+                 head0, num_heads,
+                 D_V, PAGE_SIZE, BLOCK_N, STAGES, 1, SPLIT, HAS_SINKS, HAS_LSE, QK_PROMOTE),
             ),
             (
                 _gather_partition,
                 (kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
                  lat_ring, rope_ring, ready, empty,
-                 D_V, D_ROPE, PAGE_SIZE, BLOCK_N, STAGES, 8 * GATHER_WARPS, GATHER_WARPS),
+                 D_V, D_ROPE, PAGE_SIZE, BLOCK_N, STAGES, GATHER_WARPS),
             ),
         ],
-        [GATHER_WARPS],
-        [56 if PAGE_SIZE > 0 else 40],  # page lookups take more address registers
+        [4, GATHER_WARPS],
+        [ATTENTION_REGS, 56 if PAGE_SIZE > 0 else 40],  # page lookups take more address registers
     )  # fmt: skip
-
-    # epilogue in the accumulator's layout: each thread writes its own columns
-    o_layout: gl.constexpr = acc.type.layout
-    heads = head_block * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, o_layout))
-    head_ok = heads < num_heads
-    dv = gl.arange(0, D_V, layout=gl.SliceLayout(0, o_layout))
-    seen = l_i > 0.0
-    if not SPLIT:
-        denom = l_i
-        if HAS_SINKS:
-            sink = gl.load(sinks_ptr + heads, mask=head_ok, other=0.0) * LOG2E
-            denom += gl.exp2(sink - gl.where(seen, m_i, 0.0))
-        if SCALE2_ON_DEVICE:
-            scale2 = gl.load(bmm2_scale)
-        else:
-            scale2 = bmm2_scale
-        o_scale = gl.where(seen, scale2 / gl.where(seen, denom, 1.0), 0.0)
-        o_row = out_ptr + batch.to(gl.int64) * stride_ob + token * stride_ot + heads[:, None] * stride_oh
-        gl.store(
-            o_row + dv[None, :], (acc * o_scale[:, None]).to(out_ptr.dtype.element_ty), mask=head_ok[:, None]
-        )
-        if HAS_LSE:
-            lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("inf"))
-            gl.store(lse_ptr + batch * stride_lb + token * stride_lt + heads * stride_lh, lse, mask=head_ok)
-    else:
-        # partials in mla_decode's workspace format, merged by mla_combine_kernel
-        workspace_ptr = (workspace_ptr + workspace_pad).to(gl.pointer_type(gl.float32))
-        part_rows = (gl.num_programs(0) // (head_blocks * num_splits)) * num_heads
-        part_row = (split * part_rows + row * num_heads + heads).to(gl.int64)
-        o_scale = gl.where(seen, 1.0 / gl.where(seen, l_i, 1.0), 0.0)
-        o_part = workspace_ptr + part_row[:, None] * D_V
-        gl.store(o_part + dv[None, :], acc * o_scale[:, None], mask=head_ok[:, None])
-        lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("-inf"))
-        lse_part = workspace_ptr + num_splits * part_rows.to(gl.int64) * D_V
-        gl.store(lse_part + part_row, lse, mask=head_ok)
 
 
 def plan_decode_gluon(batch: int, q_len: int, heads: int, list_len: int, num_sms: int) -> DecodePlan:
@@ -390,9 +422,9 @@ def mla_decode(
         key_list.stride(-2),
         *out.stride()[:3], *lse_strides,
         D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=page_size, BLOCK_N=config.block_n, STAGES=config.stages,
-        GATHER_WARPS=config.gather_warps, SPLIT=num_splits > 1, HAS_SINKS=has_sinks, HAS_LSE=has_lse,
+        GATHER_WARPS=config.gather_warps, QK_PROMOTE=config.qk_promote, SPLIT=num_splits > 1, HAS_SINKS=has_sinks, HAS_LSE=has_lse,
         SCALE1_ON_DEVICE=scale1_on_device, SCALE2_ON_DEVICE=scale2_on_device,
-        num_warps=8, maxnreg=168,
+        num_warps=4, maxnreg=168,
     )  # fmt: skip
     if num_splits > 1:
         _COMBINE.launch(
