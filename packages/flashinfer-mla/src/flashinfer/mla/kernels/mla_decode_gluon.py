@@ -74,6 +74,7 @@ class GluonDecodeConfig:
     stages: int
     gather_warps: int = 4
     qk_promote: int = 0
+    ablate: int = 0  # timing experiments only: 1 skips the copies, 2 the attention math
 
 
 # Shared memory (of 227 KB): FP8 holds the query (36 KB), a 3-deep ring of 36 KB stages and the
@@ -102,7 +103,7 @@ def _gather_partition(
     kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
     lat_ring, rope_ring, ready, empty,
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, GATHER_WARPS: gl.constexpr,
+    STAGES: gl.constexpr, GATHER_WARPS: gl.constexpr, ABLATE: gl.constexpr,
 ):  # fmt: skip
     # Eight lanes share a row: each copies D_V / 8 latent and D_ROPE / 8 rope values of it (16-byte
     # copies, 8-byte for an FP8 rope part), so a lane handles BLOCK_N / (4 * GATHER_WARPS) rows
@@ -126,14 +127,17 @@ def _gather_partition(
         )  # fmt: skip
         # a stage is free once the attention partition released its previous use
         mbarrier.wait(empty.index(stage), ((block // STAGES) & 1) ^ 1)
-        async_copy.async_copy_global_to_shared(
-            lat_ring.index(stage), kv_ptr + offs[:, None] + lat_cols[None, :], mask=valid[:, None]
-        )
-        rope_offs = gl.convert_layout(offs, gl.SliceLayout(1, rope_layout))
-        rope_valid = gl.convert_layout(valid, gl.SliceLayout(1, rope_layout))
-        async_copy.async_copy_global_to_shared(
-            rope_ring.index(stage), kv_ptr + rope_offs[:, None] + rope_cols[None, :], mask=rope_valid[:, None]
-        )
+        if ABLATE != 1:
+            async_copy.async_copy_global_to_shared(
+                lat_ring.index(stage), kv_ptr + offs[:, None] + lat_cols[None, :], mask=valid[:, None]
+            )
+            rope_offs = gl.convert_layout(offs, gl.SliceLayout(1, rope_layout))
+            rope_valid = gl.convert_layout(valid, gl.SliceLayout(1, rope_layout))
+            async_copy.async_copy_global_to_shared(
+                rope_ring.index(stage),
+                kv_ptr + rope_offs[:, None] + rope_cols[None, :],
+                mask=rope_valid[:, None],
+            )
         # every gather thread arrives when its own copies of this stage have landed
         async_copy.mbarrier_arrive(ready.index(stage), increment_count=False)
         offs = next_offs
@@ -148,7 +152,7 @@ def _attention_partition(
     head0, num_heads,
     D_V: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
     HALF: gl.constexpr, SPLIT: gl.constexpr, HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr,
-    QK_PROMOTE: gl.constexpr,
+    QK_PROMOTE: gl.constexpr, ABLATE: gl.constexpr,
 ):  # fmt: skip
     # One warpgroup: all 64 heads' scores (the other warpgroup computes the same ones: FP8 Q K^T
     # is cheap, and each then owns whole rows, so the softmax needs no exchange) and the output
@@ -184,46 +188,49 @@ def _attention_partition(
             PAGE_SIZE,
         )  # fmt: skip
         mbarrier.wait(ready.index(stage), (block // STAGES) & 1)
-        # the rows were written by cp.async (generic proxy); wgmma reads through the async proxy
-        fence_async_shared()
-        lat = lat_ring.index(stage)
-        v_half = lat.slice(HALF * D_HALF, D_HALF, dim=1)
-        if QK_PROMOTE > 0:
-            s = warpgroup_mma(
-                q_lat, lat.permute((1, 0)), s_zero, use_acc=False, max_num_imprecise_acc=QK_PROMOTE
-            )
-            s = warpgroup_mma(q_rope, rope_ring.index(stage).permute((1, 0)), s)
-        else:
-            s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            s = warpgroup_mma(q_rope, rope_ring.index(stage).permute((1, 0)), s, is_async=True)
-        # the previous P V (issued before these) must be done: it read v16 / the old stage
-        acc = warpgroup_mma_wait(num_outstanding=0 if QK_PROMOTE > 0 else 2, deps=(acc,))
-        if FP8:
-            for r in gl.static_range(BLOCK_N // V_ROWS):
-                v = v_half.slice(r * V_ROWS, V_ROWS, dim=0).load(v_layout)
-                v16.slice(r * V_ROWS, V_ROWS, dim=0).store(v.to(gl.float16))
-            fence_async_shared()
-        elif block > 0:
-            mbarrier.arrive(empty.index((block - 1) % STAGES), count=1)
-        if QK_PROMOTE == 0:
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        if FP8:
+        if ABLATE == 2:
             mbarrier.arrive(empty.index(stage), count=1)
-
-        # online softmax; a row with nothing seen yet keeps m = -inf, exponentiated against 0
-        s = gl.where(valid[None, :], s * scale_log2, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 1))
-        m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = gl.exp2(m_i - m_ref)
-        p = gl.exp2(s - m_ref[:, None])
-        l_i = l_i * alpha + gl.sum(p, 1)
-        m_i = m_new
-        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-        p_op = gl.convert_layout(p.to(p_dtype), p_layout)
-        if FP8:
-            acc = warpgroup_mma(p_op, v16, acc, is_async=True)
         else:
-            acc = warpgroup_mma(p_op, v_half, acc, is_async=True)
+            # the rows were written by cp.async (generic proxy); wgmma reads through the async proxy
+            fence_async_shared()
+            lat = lat_ring.index(stage)
+            v_half = lat.slice(HALF * D_HALF, D_HALF, dim=1)
+            if QK_PROMOTE > 0:
+                s = warpgroup_mma(
+                    q_lat, lat.permute((1, 0)), s_zero, use_acc=False, max_num_imprecise_acc=QK_PROMOTE
+                )
+                s = warpgroup_mma(q_rope, rope_ring.index(stage).permute((1, 0)), s)
+            else:
+                s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+                s = warpgroup_mma(q_rope, rope_ring.index(stage).permute((1, 0)), s, is_async=True)
+            # the previous P V (issued before these) must be done: it read v16 / the old stage
+            acc = warpgroup_mma_wait(num_outstanding=0 if QK_PROMOTE > 0 else 2, deps=(acc,))
+            if FP8:
+                for r in gl.static_range(BLOCK_N // V_ROWS):
+                    v = v_half.slice(r * V_ROWS, V_ROWS, dim=0).load(v_layout)
+                    v16.slice(r * V_ROWS, V_ROWS, dim=0).store(v.to(gl.float16))
+                fence_async_shared()
+            elif block > 0:
+                mbarrier.arrive(empty.index((block - 1) % STAGES), count=1)
+            if QK_PROMOTE == 0:
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+            if FP8:
+                mbarrier.arrive(empty.index(stage), count=1)
+
+            # online softmax; a row with nothing seen yet keeps m = -inf, exponentiated against 0
+            s = gl.where(valid[None, :], s * scale_log2, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, 1))
+            m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = gl.exp2(m_i - m_ref)
+            p = gl.exp2(s - m_ref[:, None])
+            l_i = l_i * alpha + gl.sum(p, 1)
+            m_i = m_new
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+            p_op = gl.convert_layout(p.to(p_dtype), p_layout)
+            if FP8:
+                acc = warpgroup_mma(p_op, v16, acc, is_async=True)
+            else:
+                acc = warpgroup_mma(p_op, v_half, acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
     # epilogue: this half's output columns (and, from the first half, the LSE)
@@ -276,7 +283,7 @@ def mla_decode_gluon_kernel(
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, GATHER_WARPS: gl.constexpr, SPLIT: gl.constexpr, HAS_SINKS: gl.constexpr,
     HAS_LSE: gl.constexpr, SCALE1_ON_DEVICE: gl.constexpr, SCALE2_ON_DEVICE: gl.constexpr,
-    QK_PROMOTE: gl.constexpr = 0,
+    QK_PROMOTE: gl.constexpr = 0, ABLATE: gl.constexpr = 0,
 ):  # fmt: skip
     # program -> (head block, split, query token), as in mla_decode_kernel
     pid = gl.program_id(0)
@@ -353,7 +360,7 @@ def mla_decode_gluon_kernel(
                  list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok, scale_log2,
                  sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh, part_ptr, part_lse_ptr,
                  head0, num_heads,
-                 D_V, PAGE_SIZE, BLOCK_N, STAGES, 0, SPLIT, HAS_SINKS, HAS_LSE, QK_PROMOTE),
+                 D_V, PAGE_SIZE, BLOCK_N, STAGES, 0, SPLIT, HAS_SINKS, HAS_LSE, QK_PROMOTE, ABLATE),
             ),
             (
                 _attention_partition,
@@ -361,13 +368,13 @@ def mla_decode_gluon_kernel(
                  list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok, scale_log2,
                  sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh, part_ptr, part_lse_ptr,
                  head0, num_heads,
-                 D_V, PAGE_SIZE, BLOCK_N, STAGES, 1, SPLIT, HAS_SINKS, HAS_LSE, QK_PROMOTE),
+                 D_V, PAGE_SIZE, BLOCK_N, STAGES, 1, SPLIT, HAS_SINKS, HAS_LSE, QK_PROMOTE, ABLATE),
             ),
             (
                 _gather_partition,
                 (kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
                  lat_ring, rope_ring, ready, empty,
-                 D_V, D_ROPE, PAGE_SIZE, BLOCK_N, STAGES, GATHER_WARPS),
+                 D_V, D_ROPE, PAGE_SIZE, BLOCK_N, STAGES, GATHER_WARPS, ABLATE),
             ),
         ],
         [4, GATHER_WARPS],
@@ -422,7 +429,7 @@ def mla_decode(
         key_list.stride(-2),
         *out.stride()[:3], *lse_strides,
         D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=page_size, BLOCK_N=config.block_n, STAGES=config.stages,
-        GATHER_WARPS=config.gather_warps, QK_PROMOTE=config.qk_promote, SPLIT=num_splits > 1, HAS_SINKS=has_sinks, HAS_LSE=has_lse,
+        GATHER_WARPS=config.gather_warps, QK_PROMOTE=config.qk_promote, ABLATE=config.ablate, SPLIT=num_splits > 1, HAS_SINKS=has_sinks, HAS_LSE=has_lse,
         SCALE1_ON_DEVICE=scale1_on_device, SCALE2_ON_DEVICE=scale2_on_device,
         num_warps=4, maxnreg=168,
     )  # fmt: skip
