@@ -109,7 +109,7 @@ def main():
         del case
     os.environ["FLASHINFER_KERNEL_TIER"] = "gluon"
     if args.variants:
-        configs = [glu.GluonDecodeConfig(64, 2), glu.GluonDecodeConfig(64, 3, qk_promote=128)]
+        configs = [glu.GluonDecodeConfig(64, 2)]
         bf16_configs = [glu.GluonDecodeConfig(32, 4), glu.GluonDecodeConfig(32, 2)]
         default = (glu.FP8_CONFIG, glu.BF16_CONFIG)
         for kind, batch, heads, q_len in VARIANT_SHAPES:

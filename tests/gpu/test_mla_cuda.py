@@ -80,7 +80,9 @@ def paged_rows(kv_pages, tables):
     return rows_of
 
 
-def assert_decode_close(out, lse, ref_out, ref_lse):
+def assert_decode_close(out, lse, ref_out, ref_lse, lse_rtol=1e-4):
+    """``lse_rtol``: 1e-4 where Q K^T accumulates in float32; 3e-4 for FP8 operands, whose Hopper
+    wgmma accumulates a 576-long FP8 product chain at the tensor core's reduced precision."""
     assert not out.isnan().any(), "an output element was not written"
     scale = max(ref_out.abs().max().item(), 1e-3)
     assert (out.double() - ref_out).abs().max().item() <= 2e-2 * scale
@@ -88,7 +90,11 @@ def assert_decode_close(out, lse, ref_out, ref_lse):
         finite = ~ref_lse.isinf()
         assert torch.equal(lse.isinf(), ~finite), "empty rows must have lse +inf"
         err = (lse.double()[finite] - ref_lse[finite]).abs().max().item()
-        assert err <= 1e-4 * max(1.0, ref_lse[finite].abs().max().item())
+        assert err <= lse_rtol * max(1.0, ref_lse[finite].abs().max().item())
+
+
+def lse_rtol(dtype) -> float:
+    return 3e-4 if dtype == E4M3 else 1e-4
 
 
 # ---------------------------------------------------------------------------------------- inputs
@@ -127,7 +133,7 @@ def test_sparse_decode(seed, dtype, batch, q_len, heads):
     workspace = torch.full((WORKSPACE_BYTES,), 0xFF, dtype=torch.uint8, device="cuda")
     cuda.sparse_decode(query, kv, indices, seq_lens, bmm1, 1.25, sinks, out, lse, plan, workspace)
     ref_out, ref_lse = decode_oracle(query, sparse_rows(kv, indices), seq_lens, 2048, 512, 0.07, 1.25, sinks)
-    assert_decode_close(out, lse, ref_out, ref_lse)
+    assert_decode_close(out, lse, ref_out, ref_lse, lse_rtol(dtype))
 
 
 def test_sparse_decode_dim_320_strided_out(seed):
@@ -165,7 +171,7 @@ def test_dense_decode(seed, dtype, page_size):
     cuda.dense_decode(query, kv_pages, tables, seq_lens, 0.06, 1.0, None, out, lse, workspace)
     rows_of = paged_rows(kv_pages, tables)
     ref_out, ref_lse = decode_oracle(query, rows_of, seq_lens, width * page_size, 512, 0.06, 1.0, None)
-    assert_decode_close(out, lse, ref_out, ref_lse)
+    assert_decode_close(out, lse, ref_out, ref_lse, lse_rtol(dtype))
 
 
 def test_bounds(seed):
@@ -181,7 +187,7 @@ def test_bounds(seed):
     plan = cuda.decode_plan(4, 2, 16, 256, query.device)
     cuda.sparse_decode(query, kv, indices, seq_lens, 0.1, 1.0, None, out, lse, plan, workspace)
     ref_out, ref_lse = decode_oracle(query, sparse_rows(kv, indices), seq_lens, 256, 512, 0.1, 1.0, None)
-    assert_decode_close(out, lse, ref_out, ref_lse)
+    assert_decode_close(out, lse, ref_out, ref_lse, lse_rtol(dtype))
 
     kv_pages = kv[:256].view(8, 32, 576)
     tables = torch.tensor(
@@ -193,7 +199,7 @@ def test_bounds(seed):
     ref_out, ref_lse = decode_oracle(
         query[:2], paged_rows(kv_pages, tables), seq_lens, 160, 512, 0.1, 1.0, None
     )
-    assert_decode_close(out, lse, ref_out, ref_lse)
+    assert_decode_close(out, lse, ref_out, ref_lse, lse_rtol(dtype))
     torch.cuda.synchronize()
 
 
@@ -277,7 +283,7 @@ def test_repeat_launches_take_the_cached_kernel(seed):
         ref_out, ref_lse = decode_oracle(
             query, sparse_rows(kv, indices), seq_lens, 2048, 512, bmm1, bmm2, None
         )
-        assert_decode_close(out, lse, ref_out, ref_lse)
+        assert_decode_close(out, lse, ref_out, ref_lse, lse_rtol(dtype))
     plan = cuda.decode_plan(2, 1, 128, 2048, query.device)
     decode_kernels, _ = cuda._decode_kernel(query, kv, 512, plan, kv.stride(0))
     if decode_kernels._DECODE.enabled:
@@ -356,7 +362,7 @@ def test_graph_capture_rope_and_decode(seed):
     assert_e4m3_close(q_out[..., 512:], rope_oracle(q_rope, cache, pos, 1.0))
     assert_e4m3_close(q_out[..., :512], q_nope.double())
     ref_out, ref_lse = decode_oracle(query, sparse_rows(kv, indices), seq_lens, 2048, 512, 0.08, 1.0, None)
-    assert_decode_close(out, lse, ref_out, ref_lse)
+    assert_decode_close(out, lse, ref_out, ref_lse, lse_rtol(dtype))
 
 
 # ------------------------------------------------------------------------------------ public API
@@ -374,7 +380,7 @@ def test_public_sparse_and_dense_decode(seed):
         return_lse=True,
     )  # fmt: skip
     ref_out, ref_lse = decode_oracle(query, sparse_rows(kv, indices), seq_lens, 2048, 512, 0.07, 1.0, None)
-    assert_decode_close(out, lse.view(batch, q_len, heads), ref_out, ref_lse)
+    assert_decode_close(out, lse.view(batch, q_len, heads), ref_out, ref_lse, lse_rtol(dtype))
 
     kv_pages = kv.view(-1, page_size, 576)
     tables = torch.randperm(kv_pages.shape[0], device="cuda")[: batch * 64].view(batch, 64).int()

@@ -40,7 +40,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
     warpgroup_mma,
-    warpgroup_mma_init,
     warpgroup_mma_wait,
 )
 
@@ -168,14 +167,13 @@ def _attention_partition(
     )
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     p_dtype: gl.constexpr = gl.float16 if FP8 else gl.bfloat16
-    # the FP8 -> fp16 copy of this half of V, 32 rows at a time (32 values a thread)
+    # the FP8 -> fp16 copy of this half of V, 16 rows at a time (32 values a thread)
     v_layout: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
-    V_ROWS: gl.constexpr = 32
+    V_ROWS: gl.constexpr = 16
 
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, s_layout))
-    # the accumulator is carried through the loop as an in-flight wgmma result
-    acc = warpgroup_mma_init(gl.zeros([BLOCK_H, D_HALF], gl.float32, layout=o_layout))
+    acc = gl.zeros([BLOCK_H, D_HALF], gl.float32, layout=o_layout)
     s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
     key_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
 
@@ -195,25 +193,15 @@ def _attention_partition(
             fence_async_shared()
             lat = lat_ring.index(stage)
             v_half = lat.slice(HALF * D_HALF, D_HALF, dim=1)
-            if QK_PROMOTE > 0:
-                s = warpgroup_mma(
-                    q_lat, lat.permute((1, 0)), s_zero, use_acc=False, max_num_imprecise_acc=QK_PROMOTE
-                )
-                s = warpgroup_mma(q_rope, rope_ring.index(stage).permute((1, 0)), s)
-            else:
-                s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-                s = warpgroup_mma(q_rope, rope_ring.index(stage).permute((1, 0)), s, is_async=True)
-            # the previous P V (issued before these) must be done: it read v16 / the old stage
-            acc = warpgroup_mma_wait(num_outstanding=0 if QK_PROMOTE > 0 else 2, deps=(acc,))
+            s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma(q_rope, rope_ring.index(stage).permute((1, 0)), s, is_async=True)
             if FP8:
+                # the FP8 -> fp16 copy of this half of V runs on the CUDA cores beside Q K^T
                 for r in gl.static_range(BLOCK_N // V_ROWS):
                     v = v_half.slice(r * V_ROWS, V_ROWS, dim=0).load(v_layout)
                     v16.slice(r * V_ROWS, V_ROWS, dim=0).store(v.to(gl.float16))
                 fence_async_shared()
-            elif block > 0:
-                mbarrier.arrive(empty.index((block - 1) % STAGES), count=1)
-            if QK_PROMOTE == 0:
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
             if FP8:
                 mbarrier.arrive(empty.index(stage), count=1)
 
@@ -227,11 +215,16 @@ def _attention_partition(
             m_i = m_new
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
             p_op = gl.convert_layout(p.to(p_dtype), p_layout)
+            # P V is waited for at once: a wgmma still in flight across the loop's back edge makes
+            # ptxas serialize every wgmma of the kernel (C7512). The other warpgroup's softmax and
+            # V copy run on the CUDA cores meanwhile.
             if FP8:
                 acc = warpgroup_mma(p_op, v16, acc, is_async=True)
             else:
                 acc = warpgroup_mma(p_op, v_half, acc, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            if not FP8:
+                mbarrier.arrive(empty.index(stage), count=1)  # P V has read the BF16 stage
 
     # epilogue: this half's output columns (and, from the first half, the LSE)
     m_i = gl.convert_layout(m_i, gl.SliceLayout(1, o_layout))
