@@ -109,8 +109,8 @@ def main():
         del case
     os.environ["FLASHINFER_KERNEL_TIER"] = "gluon"
     if args.variants:
-        configs = [glu.GluonDecodeConfig(64, 2)]
-        bf16_configs = [glu.GluonDecodeConfig(32, 4), glu.GluonDecodeConfig(32, 2)]
+        configs = [glu.GluonDecodeConfig(64, 2), glu.GluonDecodeConfig(64, 3, prefetch=True)]
+        bf16_configs = [glu.GluonDecodeConfig(32, 2), glu.GluonDecodeConfig(32, 3, prefetch=True)]
         default = (glu.FP8_CONFIG, glu.BF16_CONFIG)
         for kind, batch, heads, q_len in VARIANT_SHAPES:
             case = bench_mla.sparse_case(batch, heads, q_len, bench_mla.DTYPES[kind])
@@ -133,6 +133,15 @@ def main():
                     f"variant {kind} B={batch:3d} H={heads:3d} {config}: {us:7.1f} us err {err:.1e}",
                     flush=True,
                 )
+            if batch == 1:  # split counts: more, shorter chunks against the combine's cost
+                for splits in (8, 32):
+                    gluon_plan = dataclasses.replace(plan.gluon, num_splits=splits)
+                    err, us = measure(case, _cuda.DecodePlans(plan.portable, gluon_plan))
+                    rows.append({"dtype": kind, "batch": batch, "heads": heads, "q_len": q_len,
+                                 "variant": f"splits={splits}", "graph_us": us, "rel_err": err})  # fmt: skip
+                    print(
+                        f"variant {kind} B={batch:3d} H={heads:3d} splits={splits}: {us:7.1f} us err {err:.1e}"
+                    )
             del case
     with open(os.path.join(args.out, "decode_tiers.json"), "w") as f:
         json.dump({"copy_gbps": copy_bw * 1e-9, "rows": rows}, f, indent=1)

@@ -48,8 +48,6 @@ from .mla_decode import DecodePlan, _scale_arg, _workspace_splits, mla_combine_k
 
 LOG2E = gl.constexpr(1.4426950408889634)
 BLOCK_H = gl.constexpr(64)  # heads a program takes: the M of one wgmma
-# registers of the second attention warpgroup (a worker partition); the first gets what is left
-ATTENTION_REGS = gl.constexpr(232)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +72,7 @@ class GluonDecodeConfig:
     gather_warps: int = 4
     qk_promote: int = 0
     ablate: int = 0  # timing experiments only: 1 skips the copies, 2 the attention math
+    prefetch: bool = False
 
 
 # Shared memory (of 227 KB): FP8 holds the query (36 KB), a 3-deep ring of 36 KB stages and the
@@ -98,11 +97,30 @@ def _key_rows(list_row, pos, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAG
 
 
 @gluon.jit
+def _prefetch_rows(kv_ptr, offs, valid, ROW_BYTES: gl.constexpr, GATHER_WARPS: gl.constexpr):
+    # L2 prefetch of every 128-byte line of the rows (two lines a lane, eight lanes a row, as
+    # the copies are laid out); rows that do not exist prefetch row 0 instead
+    layout: gl.constexpr = gl.BlockedLayout([1, 2], [4, 8], [GATHER_WARPS, 1], [1, 0])
+    LINES: gl.constexpr = ROW_BYTES // 128 + 1  # a row may start mid-line
+    ELEMENTS_PER_LINE: gl.constexpr = 128 * 8 // kv_ptr.dtype.element_ty.primitive_bitwidth
+    offs = gl.convert_layout(gl.where(valid, offs, 0), gl.SliceLayout(1, layout))
+    line = gl.minimum(gl.arange(0, 16, layout=gl.SliceLayout(0, layout)), LINES - 1)
+    gl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1]; mov.u32 $0, 0;",
+        "=r,l",
+        [kv_ptr + offs[:, None] + (line * ELEMENTS_PER_LINE)[None, :]],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@gluon.jit
 def _gather_partition(
     kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
     lat_ring, rope_ring, ready, empty,
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, GATHER_WARPS: gl.constexpr, ABLATE: gl.constexpr,
+    STAGES: gl.constexpr, GATHER_WARPS: gl.constexpr, ABLATE: gl.constexpr, PREFETCH: gl.constexpr,
 ):  # fmt: skip
     # Eight lanes share a row: each copies D_V / 8 latent and D_ROPE / 8 rope values of it (16-byte
     # copies, 8-byte for an FP8 rope part), so a lane handles BLOCK_N / (4 * GATHER_WARPS) rows
@@ -115,15 +133,24 @@ def _gather_partition(
     rows = gl.arange(0, BLOCK_N, layout=row_layout)
 
     num_blocks = gl.cdiv(end - start, BLOCK_N)
+    ROW_BYTES: gl.constexpr = (D_V + D_ROPE) * kv_ptr.dtype.element_ty.primitive_bitwidth // 8
     # the list entries of the next block are read one block ahead, so their latency overlaps
-    # the copies of this one
+    # the copies of this one; with PREFETCH, those of the block after are read two blocks ahead
+    # and their rows prefetched into L2, which puts one more block in flight than the ring holds
     offs, valid = _key_rows(list_row, start + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAGE_SIZE)
+    next_offs, next_valid = _key_rows(
+        list_row, start + BLOCK_N + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAGE_SIZE
+    )
+    if PREFETCH:
+        _prefetch_rows(kv_ptr, next_offs, next_valid, ROW_BYTES, GATHER_WARPS)
     for block in range(num_blocks):
         stage = block % STAGES
-        next_offs, next_valid = _key_rows(
-            list_row, start + (block + 1) * BLOCK_N + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok,
+        ahead_offs, ahead_valid = _key_rows(
+            list_row, start + (block + 2) * BLOCK_N + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok,
             PAGE_SIZE,
         )  # fmt: skip
+        if PREFETCH:
+            _prefetch_rows(kv_ptr, ahead_offs, ahead_valid, ROW_BYTES, GATHER_WARPS)
         # a stage is free once the attention partition released its previous use
         mbarrier.wait(empty.index(stage), ((block // STAGES) & 1) ^ 1)
         if ABLATE != 1:
@@ -141,6 +168,8 @@ def _gather_partition(
         async_copy.mbarrier_arrive(ready.index(stage), increment_count=False)
         offs = next_offs
         valid = next_valid
+        next_offs = ahead_offs
+        next_valid = ahead_valid
 
 
 @gluon.jit
@@ -276,7 +305,7 @@ def mla_decode_gluon_kernel(
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, GATHER_WARPS: gl.constexpr, SPLIT: gl.constexpr, HAS_SINKS: gl.constexpr,
     HAS_LSE: gl.constexpr, SCALE1_ON_DEVICE: gl.constexpr, SCALE2_ON_DEVICE: gl.constexpr,
-    QK_PROMOTE: gl.constexpr = 0, ABLATE: gl.constexpr = 0,
+    QK_PROMOTE: gl.constexpr = 0, ABLATE: gl.constexpr = 0, PREFETCH: gl.constexpr = False,
 ):  # fmt: skip
     # program -> (head block, split, query token), as in mla_decode_kernel
     pid = gl.program_id(0)
@@ -345,6 +374,11 @@ def mla_decode_gluon_kernel(
         mbarrier.init(empty.index(i), count=2)  # one arrival per attention warpgroup
     fence_async_shared()
 
+    # Registers (65536 a multiprocessor, 168 a thread at launch for 12 warps): the gather warps
+    # take 40, or 56 for page lookups and prefetch addresses; the two attention warpgroups share
+    # the rest equally (the default partition gets what the workers leave).
+    GATHER_REGS: gl.constexpr = 56 if PAGE_SIZE > 0 or PREFETCH else 40
+    ATTENTION_REGS: gl.constexpr = (2016 // 4 - GATHER_REGS) // 2 // 8 * 8
     gl.warp_specialize(
         [
             (
@@ -367,11 +401,11 @@ def mla_decode_gluon_kernel(
                 _gather_partition,
                 (kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
                  lat_ring, rope_ring, ready, empty,
-                 D_V, D_ROPE, PAGE_SIZE, BLOCK_N, STAGES, GATHER_WARPS, ABLATE),
+                 D_V, D_ROPE, PAGE_SIZE, BLOCK_N, STAGES, GATHER_WARPS, ABLATE, PREFETCH),
             ),
         ],
         [4, GATHER_WARPS],
-        [ATTENTION_REGS, 56 if PAGE_SIZE > 0 else 40],  # page lookups take more address registers
+        [ATTENTION_REGS, GATHER_REGS],
     )  # fmt: skip
 
 
@@ -422,7 +456,7 @@ def mla_decode(
         key_list.stride(-2),
         *out.stride()[:3], *lse_strides,
         D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=page_size, BLOCK_N=config.block_n, STAGES=config.stages,
-        GATHER_WARPS=config.gather_warps, QK_PROMOTE=config.qk_promote, ABLATE=config.ablate, SPLIT=num_splits > 1, HAS_SINKS=has_sinks, HAS_LSE=has_lse,
+        GATHER_WARPS=config.gather_warps, QK_PROMOTE=config.qk_promote, ABLATE=config.ablate, PREFETCH=config.prefetch, SPLIT=num_splits > 1, HAS_SINKS=has_sinks, HAS_LSE=has_lse,
         SCALE1_ON_DEVICE=scale1_on_device, SCALE2_ON_DEVICE=scale2_on_device,
         num_warps=4, maxnreg=168,
     )  # fmt: skip
