@@ -259,9 +259,9 @@ def test_docstring_examples_run_on_cpu():
     import doctest
 
     import flashinfer.mla._metadata
-    import flashinfer.rope
+    import flashinfer.mla._rope
 
-    for module in (flashinfer.rope, flashinfer.mla._metadata):
+    for module in (flashinfer.mla._rope, flashinfer.mla._metadata):
         result = doctest.testmod(module)
         assert result.attempted and not result.failed, module.__name__
 
