@@ -197,14 +197,6 @@ def test_gather_always_returns_a_tuple(positions):
     assert triton_launch._gather(positions)(args) == tuple(args[i] for i in positions)
 
 
-def test_integer_helpers_match_triton():
-    for n in range(1, 300):
-        assert triton_launch.next_power_of_2(n) == triton.next_power_of_2(n)
-        for d in (1, 3, 16, 128):
-            assert triton_launch.cdiv(n, d) == triton.cdiv(n, d)
-    assert triton_launch.next_power_of_2(0) == 1
-
-
 def test_varying_integers_are_keyed_by_their_specialization(kernel):
     fast = triton_launch.FastLaunch(kernel, varying=("n",))
     x, out = torch.randn(64), torch.empty(64)

@@ -42,20 +42,9 @@ try:
 except ImportError:  # Triton < 3.4: its compiled kernels take another argument list
     knobs = None
 
-__all__ = ["FastLaunch", "MAX_ENTRIES", "cdiv", "next_power_of_2"]
+__all__ = ["FastLaunch", "MAX_ENTRIES"]
 
 MAX_ENTRIES = 256
-
-
-def cdiv(a: int, b: int) -> int:
-    """``ceil(a / b)`` for launch grids: ``triton.cdiv`` is a constexpr function whose host
-    calls cost microseconds each."""
-    return -(-a // b)
-
-
-def next_power_of_2(n: int) -> int:
-    """The smallest power of two ``>= n`` (1 for ``n <= 1``); a plain-Python ``triton.next_power_of_2``."""
-    return 1 << max(n - 1, 0).bit_length()
 
 
 _DATA_PTR = torch.Tensor.data_ptr

@@ -30,23 +30,18 @@ Devices without FP8 tensor cores (compute capability below 8.9) run the FP8 func
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
-_FP8_MMA_CAPABILITY = (8, 9)
+from flashinfer._core.constants import FP8_TENSOR_CORE_CAPABILITY
+from flashinfer.utils import get_compute_capability
+
 # cuBLASLt's 1x128 / 128x128 block scaling exists for sm90 only (PyTorch rejects other archs).
 _BLOCKWISE_CUBLAS_MAJOR = 9
 _CUBLAS_ALIGNMENT_BYTES = 16
 
 
-@functools.cache
-def _capability(device_index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(device_index)
-
-
 def _has_fp8_mma(device: torch.device) -> bool:
-    return _capability(device.index) >= _FP8_MMA_CAPABILITY
+    return get_compute_capability(device) >= FP8_TENSOR_CORE_CAPABILITY
 
 
 def _reference():
@@ -184,7 +179,7 @@ def _blockwise_cublas_takes(a, b, block_m, block_n, block_k, out) -> bool:
     m, k = a.shape
     n = b.shape[0]
     return (
-        _capability(a.device.index)[0] == _BLOCKWISE_CUBLAS_MAJOR
+        get_compute_capability(a.device)[0] == _BLOCKWISE_CUBLAS_MAJOR
         and block_m in (1, 128)
         and block_n == 128
         and block_k == 128

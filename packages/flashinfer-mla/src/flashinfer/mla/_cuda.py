@@ -13,9 +13,10 @@ import functools
 
 import torch
 
-__all__ = ["decode_plan", "dense_decode", "rope_quantize", "sparse_decode"]
+from .._core.constants import FP8_TENSOR_CORE_CAPABILITY
+from ..utils import get_compute_capability, get_device_sm_count
 
-FP8_DOT_CAPABILITY = (8, 9)
+__all__ = ["decode_plan", "dense_decode", "rope_quantize", "sparse_decode"]
 
 
 @functools.cache
@@ -24,20 +25,6 @@ def _kernels():
     from .kernels import rope_quantize as rope
 
     return rope, mla_decode
-
-
-@functools.cache
-def _device_facts(device: torch.device) -> tuple[int, tuple[int, int]]:
-    # (multiprocessor count, compute capability), read once per device
-    props = torch.cuda.get_device_properties(device)
-    return props.multi_processor_count, (props.major, props.minor)
-
-
-def _device(device) -> torch.device:
-    device = torch.device(device)
-    if device.index is None:
-        device = torch.device(device.type, torch.cuda.current_device())
-    return device
 
 
 def rope_quantize(
@@ -71,8 +58,7 @@ def decode_plan(batch: int, q_len: int, heads: int, topk: int, device):
     DecodePlan
         Frozen; depends on the shape and device only, never on ``seq_lens`` values.
     """
-    num_sms, _ = _device_facts(_device(device))
-    return _kernels()[1].plan_decode(batch, q_len, heads, topk, num_sms)
+    return _kernels()[1].plan_decode(batch, q_len, heads, topk, get_device_sm_count(device))
 
 
 def _fp8_on_reference(query) -> bool:
@@ -80,7 +66,7 @@ def _fp8_on_reference(query) -> bool:
     # Triton kernels on a GPU yet, so it takes the reference.
     if query.dtype == torch.float16:
         return True
-    return query.element_size() == 1 and _device_facts(query.device)[1] < FP8_DOT_CAPABILITY
+    return query.element_size() == 1 and get_compute_capability(query.device) < FP8_TENSOR_CORE_CAPABILITY
 
 
 def _reference():

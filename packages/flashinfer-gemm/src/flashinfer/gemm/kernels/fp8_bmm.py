@@ -27,7 +27,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..._core.triton_launch import cdiv, next_power_of_2
+from ...utils import ceil_div, next_positive_power_of_2
 from . import TunedLaunch, banded_tile, multiprocessors
 
 MIN_BLOCK_K = 128  # the smallest BLOCK_K of the autotuned tiles
@@ -192,13 +192,13 @@ def fp8_bmm(A, B, A_scale, B_scale, out, config=None) -> None:
     b_scale_strides = B_scale.stride()[::2] if B_scale.dim() else (0, 0)
     args = (
         A, B, out, A_scale, B_scale,
-        m, n, k, next_power_of_2(m), batch,
+        m, n, k, next_positive_power_of_2(m), batch,
         *A.stride(), *B.stride(), *out.stride(), *a_scale_strides, *b_scale_strides,
     )  # fmt: skip
     num_sms = multiprocessors(A.device)
 
     def grid(meta):
-        tiles = cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"])
+        tiles = ceil_div(m, meta["BLOCK_M"]) * ceil_div(n, meta["BLOCK_N"])
         per_sm = meta.get("PROGRAMS_PER_SM", 0)
         return (min(batch * tiles, num_sms * per_sm),) if per_sm else (tiles, batch)
 

@@ -41,10 +41,12 @@ import dataclasses
 import triton
 import triton.language as tl
 
-from ..._core.triton_launch import FastLaunch, next_power_of_2
+from ..._core import constants
+from ..._core.triton_launch import FastLaunch
+from ...utils import ceil_div, next_positive_power_of_2
 
 # globals read inside kernels must be constexpr
-LOG2E = tl.constexpr(1.4426950408889634)
+LOG2E = tl.constexpr(constants.LOG2E)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -365,7 +367,7 @@ def plan_decode(batch: int, q_len: int, heads: int, list_len: int, num_sms: int)
         Multiprocessors of the device.
     """
     fp8_config, bf16_config = decode_config(heads, True), decode_config(heads, False)
-    head_blocks = triton.cdiv(heads, fp8_config.block_h)
+    head_blocks = ceil_div(heads, fp8_config.block_h)
     programs = batch * q_len * head_blocks
     slots = num_sms * fp8_config.programs_per_sm
     # with at least a wave already, one split writes out directly and skips the combine
@@ -476,7 +478,7 @@ def mla_decode(
             (part_rows,),
             workspace, workspace_pad, sinks_arg, scale2, out, lse_arg, heads, q_len, num_splits,
             *out.stride()[:3], *lse_strides,
-            D_V=d_v, SPLITS_POW2=next_power_of_2(num_splits),
+            D_V=d_v, SPLITS_POW2=next_positive_power_of_2(num_splits),
             HAS_SINKS=has_sinks, HAS_LSE=has_lse, SCALE2_ON_DEVICE=scale2_on_device,
             num_warps=4,
         )  # fmt: skip

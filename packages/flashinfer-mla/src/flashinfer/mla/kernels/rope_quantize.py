@@ -28,9 +28,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..._core import constants
 from ..._core.triton_launch import FastLaunch
-
-FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
+from ...utils import ceil_div, next_positive_power_of_2
 
 # Elements one program moves per part (heads x width): 8192 16-bit elements (16 KiB read,
 # 8 KiB written) keep enough bytes in flight per multiprocessor without spilling.
@@ -38,8 +38,8 @@ TILE_ELEMENTS = 8192
 NUM_WARPS = 4
 
 
-# 0x7F is a NaN in both e4m3fn and e5m2 (a constexpr: kernels read no other globals)
-FP8_NAN_BITS = tl.constexpr(0x7F)
+# a constexpr: kernels read no other globals
+FP8_NAN_BITS = tl.constexpr(constants.FP8_NAN_BITS)
 
 
 @triton.jit
@@ -199,16 +199,16 @@ def rope_quantize_kernel(
 
 
 def _meta(rope_dim: int, nope_dim: int, num_q_heads: int, num_k_heads: int, out_dtype) -> dict:
-    block_nope = triton.next_power_of_2(nope_dim) if nope_dim else 0
+    block_nope = next_positive_power_of_2(nope_dim) if nope_dim else 0
     width = block_nope + rope_dim
-    block_h = max(1, min(TILE_ELEMENTS // width, triton.next_power_of_2(max(num_q_heads, num_k_heads))))
+    block_h = max(1, min(TILE_ELEMENTS // width, next_positive_power_of_2(max(num_q_heads, num_k_heads))))
     block_h = 1 << (block_h.bit_length() - 1)  # a power of two for tl.arange
     return {
         "ROPE_DIM": rope_dim,
         "NOPE_DIM": nope_dim,
         "BLOCK_NOPE": block_nope,
         "BLOCK_H": block_h,
-        "FP8_MAX": FP8_MAX[str(out_dtype).removeprefix("torch.")],
+        "FP8_MAX": constants.FP8_MAX[out_dtype],
     }
 
 
@@ -265,7 +265,7 @@ def rope_quantize(
     if cached is None:
         meta = _meta(rope_dim, nope_dim, num_q_heads, num_k_heads, q_rope_out.dtype)
         block_h = meta["BLOCK_H"]
-        head_blocks = triton.cdiv(num_q_heads, block_h) + triton.cdiv(num_k_heads, block_h)
+        head_blocks = ceil_div(num_q_heads, block_h) + ceil_div(num_k_heads, block_h)
         cached = _META_CACHE[key] = (meta, head_blocks)
     meta, head_blocks = cached
     _ROPE_QUANTIZE.launch(
