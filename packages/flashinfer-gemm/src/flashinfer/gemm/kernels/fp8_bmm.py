@@ -36,11 +36,11 @@ MIN_BLOCK_K = 128  # the smallest BLOCK_K of the autotuned tiles
 def _configs():
     # The DeepSeek MLA absorb products are (tokens x 128) @ (128 x 512) and
     # (tokens x 512) @ (512 x 128) for 128 heads: small k or small n, so tiles of 64 rows keep
-    # enough programs in flight; 128-row tiles win once tokens reach the hundreds. (Two-stage
-    # and one-stage variants for the one-K-step k = 128 case were measured on the H200 and did
-    # not help.) Persistent tiles (last field: programs a multiprocessor) walk the tile list in
-    # one loop; at k = 128 that loop has no inner K loop and is software-pipelined, so the next
-    # tiles' loads overlap a tile's output stores, which bound the k = 128 products.
+    # enough programs in flight; 128-row tiles win once tokens reach the hundreds. Persistent
+    # tiles (last field: programs a multiprocessor) walk the tile list in one loop; at k = 128
+    # that loop has no inner K loop and is software-pipelined, so the next tiles' loads overlap
+    # a tile's output stores, which bound the k = 128 products. (What was tried and measured:
+    # benchmarks/RESULTS.md, GEMM.)
     shapes = [
         (64, 128, 128, 4, 3, 0),
         (64, 64, 128, 4, 4, 0),
