@@ -38,8 +38,9 @@ import triton.language as tl
 
 from ..._core.constants import E4M3_MAX as _E4M3_MAX
 from ..._core.constants import OUTPUT_SCALE_BLOCK, OUTPUT_SCALE_FLOOR
+from ..._core.triton_launch import TunedLaunch
 from ...utils import next_positive_power_of_2
-from . import TunedLaunch, banded_tile, multiprocessors
+from . import banded_tile, multiprocessors
 
 # layouts and the e4m3 limit, as constexpr globals so the kernel can read them
 DENSE = tl.constexpr(0)
