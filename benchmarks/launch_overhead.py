@@ -129,7 +129,7 @@ def main():
 @contextlib.contextmanager
 def autotuner_launch(module):
     """Launch the module's autotuned kernel through Triton's Autotuner on every call."""
-    from flashinfer.gemm.kernels import AUTOTUNED_LAUNCH
+    from flashinfer._core.triton_launch import AUTOTUNED_LAUNCH
 
     class ThroughAutotuner:
         def launch(self, grid, key, *args, **constants):

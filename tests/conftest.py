@@ -46,8 +46,8 @@ def _use_mate_from(path: Path, monkeypatch):
     monkeypatch.syspath_prepend(str(path))
     mate_loader.reset_cache()
     # CPU tensors take the MUSA route, so the adapter runs against the stand-in here.
-    monkeypatch.setitem(dispatch.DEVICE_IMPLEMENTATION, "cpu", "mate")
-    monkeypatch.setattr(dispatch, "_forced", False)
+    routing = dispatch.ROUTING.routed("cpu", "mate")._replace(force_reference=False)
+    monkeypatch.setattr(dispatch, "ROUTING", routing)
 
 
 @pytest.fixture
@@ -84,6 +84,6 @@ def no_mate(monkeypatch, tmp_path):
     _purge_mate_modules()
     monkeypatch.setattr(sys, "path", [p for p in sys.path if "standin" not in p])
     mate_loader.reset_cache()
-    monkeypatch.setitem(dispatch.DEVICE_IMPLEMENTATION, "cpu", "mate")
+    monkeypatch.setattr(dispatch, "ROUTING", dispatch.ROUTING.routed("cpu", "mate"))
     yield
     mate_loader.reset_cache()

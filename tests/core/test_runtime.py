@@ -14,7 +14,7 @@ from flashinfer.utils import LibraryError
 
 
 def test_implementation_kind_by_device(monkeypatch):
-    monkeypatch.setattr(dispatch, "_forced", False)
+    monkeypatch.setattr(dispatch, "ROUTING", dispatch.ROUTING._replace(force_reference=False))
     assert dispatch.implementation_kind(torch.device("cpu")) == "reference"
     assert dispatch.implementation_kind("musa") == "mate"
     expected_cuda = "cuda" if dispatch.triton_available() else "reference"
@@ -23,15 +23,14 @@ def test_implementation_kind_by_device(monkeypatch):
 
 
 def test_force_reference_env(monkeypatch):
-    monkeypatch.setattr(dispatch, "_forced", dispatch._forced)  # restored after the test
+    from flashinfer.gemm._dispatch import DISPATCH
+
+    monkeypatch.setattr(dispatch, "ROUTING", dispatch.ROUTING)  # restored after the test
     monkeypatch.setenv(dispatch.FORCE_REFERENCE_ENV, "1")
     dispatch.reload_environment()
     assert dispatch.implementation_kind("musa") == "reference"
     assert dispatch.implementation_kind("cuda") == "reference"
-    assert (
-        dispatch.Dispatcher("flashinfer.gemm").module(torch.device("cpu")).__name__
-        == "flashinfer.gemm._reference"
-    )
+    assert DISPATCH.module(torch.device("cuda", 0)).__name__ == "flashinfer.gemm._reference"
     monkeypatch.setenv(dispatch.FORCE_REFERENCE_ENV, "0")
     dispatch.reload_environment()
     assert dispatch.implementation_kind("musa") == "mate"

@@ -78,6 +78,16 @@ def test_import_loads_no_optional_backend():
     assert result.stdout.strip() == ""
 
 
+def test_readme_routing_tables_are_generated_from_the_routes():
+    from pathlib import Path
+
+    from flashinfer._config import routes_markdown
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    block = readme.split("--markdown -->\n", 1)[1].split("\n<!-- end of generated tables -->", 1)[0]
+    assert block == routes_markdown(), "regenerate with: python -m flashinfer show-config --markdown"
+
+
 def test_show_config_is_truthful_here():
     result = subprocess.run(
         [sys.executable, "-m", "flashinfer", "show-config"], capture_output=True, text=True, check=True

@@ -197,14 +197,6 @@ def test_gather_always_returns_a_tuple(positions):
     assert triton_launch._gather(positions)(args) == tuple(args[i] for i in positions)
 
 
-def test_integer_helpers_match_triton():
-    for n in range(1, 300):
-        assert triton_launch.next_power_of_2(n) == triton.next_power_of_2(n)
-        for d in (1, 3, 16, 128):
-            assert triton_launch.cdiv(n, d) == triton.cdiv(n, d)
-    assert triton_launch.next_power_of_2(0) == 1
-
-
 def test_varying_integers_are_keyed_by_their_specialization(kernel):
     fast = triton_launch.FastLaunch(kernel, varying=("n",))
     x, out = torch.randn(64), torch.empty(64)
@@ -215,3 +207,54 @@ def test_varying_integers_are_keyed_by_their_specialization(kernel):
     for n in (50, 1, 2**31):  # not divisible by 16; the value 1; 64-bit
         fast.launch((1,), x, out, n, 1.0, BLOCK=8)
     assert len(kernel.jit_calls) == 4
+
+
+def test_the_launch_protocol_is_the_installed_tritons_own():
+    """FastLaunch calls ``CompiledKernel.run`` as ``JITFunction.run`` does in Triton 3.4-3.9: the
+    grid, the stream, the function handle, the packed metadata, the launch metadata, the two
+    hooks, then every parameter. A Triton that launches otherwise must leave the pinned range."""
+    import inspect
+    import re
+
+    assert triton_launch.protocol_supported(), f"Triton {triton.__version__} is outside SUPPORTED_TRITON"
+    source = re.sub(r"\s+", " ", inspect.getsource(JITFunction.run))
+    assert (
+        "kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, "
+        "launch_metadata, knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, "
+        "*bound_args.values())" in source
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "enabled"),
+    [("3.3.1", False), ("3.4.0", True), ("3.9.0", True), ("3.10.0", False), ("4.0.0", False)],
+)
+def test_fast_launch_is_off_outside_the_pinned_triton_versions(kernel, monkeypatch, version, enabled):
+    monkeypatch.setattr(triton_launch.triton, "__version__", version)
+    fast = triton_launch.FastLaunch(kernel)
+    assert fast.enabled is enabled
+    x, out = torch.randn(8), torch.empty(8)
+    for _ in range(2):
+        fast.launch((1,), x, out, 8, 1.0, BLOCK=8)
+    assert len(kernel.jit_calls) == (1 if enabled else 2)
+
+
+def test_tuned_configs_are_bounded(monkeypatch):
+    monkeypatch.setattr(triton_launch, "MAX_ENTRIES", 2)
+    config = triton.Config({"BLOCK": 8})
+
+    class Autotuner:
+        fn = None
+        best_config = config
+        calls = 0
+
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                Autotuner.calls += 1
+
+            return run
+
+    tuned = triton_launch.TunedLaunch(Autotuner())
+    for key in ((1,), (2,), (3,)):
+        tuned.launch((1,), key)
+    assert Autotuner.calls == 3 and len(tuned._chosen) == 1

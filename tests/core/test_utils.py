@@ -46,6 +46,16 @@ def test_round_up_and_ceil_div():
     assert [utils.ceil_div(x, 128) for x in (1, 128, 129)] == [1, 1, 2]
 
 
+def test_host_integer_helpers_match_tritons():
+    """The kernels' launchers use these on the host instead of Triton's constexpr functions."""
+    import triton
+
+    for n in range(1, 300):
+        assert utils.next_positive_power_of_2(n) == triton.next_power_of_2(n)
+        for d in (1, 3, 16, 128):
+            assert utils.ceil_div(n, d) == triton.cdiv(n, d)
+
+
 def test_architecture_probes_are_false_off_cuda():
     cpu = torch.device("cpu")
     for probe in (

@@ -365,7 +365,7 @@ def test_mate_without_any_gemm_function_says_what_to_install(mate_standin, monke
 def test_force_reference_bypasses_mate(mate_standin, monkeypatch, seed):
     from flashinfer._core import dispatch
 
-    monkeypatch.setattr(dispatch, "_forced", dispatch._forced)  # restored after the test
+    monkeypatch.setattr(dispatch, "ROUTING", dispatch.ROUTING)  # restored after the test
     monkeypatch.setenv(dispatch.FORCE_REFERENCE_ENV, "1")
     dispatch.reload_environment()
     A, B = fp8(1, 3, 32), fp8(1, 4, 32).transpose(-2, -1)

@@ -6,27 +6,16 @@ from __future__ import annotations
 import doctest
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from flashinfer.gemm import _backends, _bmm, _grouped, _groupwise
-
-README = Path(__file__).parents[2] / "packages" / "flashinfer-gemm" / "README.md"
+from flashinfer.gemm import _bmm, _grouped, _groupwise
 
 
 @pytest.mark.parametrize("module", [_bmm, _groupwise, _grouped], ids=lambda m: m.__name__)
 def test_docstring_examples_run_on_cpu(module):
     results = doctest.testmod(module, raise_on_error=False)
     assert results.attempted > 0 and results.failed == 0
-
-
-def test_readme_backend_table_is_the_codes():
-    text = README.read_text()
-    for table in _backends.TABLES.values():
-        for name, meaning in table.meaning.items():
-            row = f"| `{name}` | {meaning['cpu']} | {meaning['cuda']} | {meaning['musa']} |"
-            assert row in text, f"{table.function}: README lacks {row}"
 
 
 def test_import_and_cpu_call_load_neither_mate_nor_triton():
@@ -43,9 +32,11 @@ def test_import_and_cpu_call_load_neither_mate_nor_triton():
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
 
 
-def test_show_config_describes_every_op_on_every_implementation():
+def test_routes_describe_every_op_on_every_implementation():
+    from flashinfer._core.dispatch import KINDS
     from flashinfer.gemm import __all__ as public
-    from flashinfer.gemm._dispatch import DESCRIPTION
+    from flashinfer.gemm._dispatch import DISPATCH, ROUTES
 
-    assert set(DESCRIPTION) == set(public) - {"is_cuda_tile_available"}
-    assert all(set(kinds) == {"reference", "cuda", "mate"} for kinds in DESCRIPTION.values())
+    assert set(ROUTES) == set(public) - {"is_cuda_tile_available"}
+    assert all(set(kinds) == set(KINDS) for kinds in ROUTES.values())
+    assert set(DISPATCH.loaders) == set(KINDS)

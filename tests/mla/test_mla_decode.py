@@ -131,9 +131,8 @@ def test_metadata_mismatch_names_the_field(field, query_shape, topk, seed):
 
 def test_metadata_from_another_implementation_is_rejected(seed, monkeypatch):
     sample = sparse_sample("s").build()
-    monkeypatch.setitem(dispatch.DEVICE_IMPLEMENTATION, "cpu", "mate")
+    monkeypatch.setattr(dispatch, "ROUTING", dispatch.ROUTING.routed("cpu", "reference"))
     metadata = DecodeMetadata(2, 1, 4, 64, torch.device("cpu"), "mate", None)
-    monkeypatch.setitem(dispatch.DEVICE_IMPLEMENTATION, "cpu", "reference")
     with pytest.raises(ValueError, match="kind='mate'"):
         _run(sample, metadata=metadata)
 
@@ -259,9 +258,9 @@ def test_docstring_examples_run_on_cpu():
     import doctest
 
     import flashinfer.mla._metadata
-    import flashinfer.rope
+    import flashinfer.mla._rope
 
-    for module in (flashinfer.rope, flashinfer.mla._metadata):
+    for module in (flashinfer.mla._rope, flashinfer.mla._metadata):
         result = doctest.testmod(module)
         assert result.attempted and not result.failed, module.__name__
 

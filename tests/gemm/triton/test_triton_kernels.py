@@ -288,7 +288,7 @@ def test_tuned_launch_autotunes_once_per_key_under_the_lock(monkeypatch):
     Autotuner (and without the lock)."""
     import triton
 
-    from flashinfer.gemm import kernels
+    from flashinfer._core import triton_launch
     from flashinfer.gemm.kernels import fp8_blockwise, fp8_bmm
 
     events = []
@@ -299,16 +299,18 @@ def test_tuned_launch_autotunes_once_per_key_under_the_lock(monkeypatch):
         best_config = chosen
 
         def __getitem__(self, grid):
-            return lambda *args, **kwargs: events.append(("autotune", kernels.AUTOTUNED_LAUNCH.locked()))
+            return lambda *args, **kwargs: events.append(
+                ("autotune", triton_launch.AUTOTUNED_LAUNCH.locked())
+            )
 
     class RecordingFastLaunch:
         def launch(self, grid, *args, **meta):
             events.append(
-                ("cached", kernels.AUTOTUNED_LAUNCH.locked(), grid, meta["BLOCK_M"], meta["num_warps"])
+                ("cached", triton_launch.AUTOTUNED_LAUNCH.locked(), grid, meta["BLOCK_M"], meta["num_warps"])
             )
 
     for module in (fp8_bmm, fp8_blockwise):
-        tuned = kernels.TunedLaunch(RecordingAutotuner())
+        tuned = triton_launch.TunedLaunch(RecordingAutotuner())
         tuned.fast = RecordingFastLaunch()
         monkeypatch.setattr(module, "_TUNED", tuned)
     one = torch.ones(())
@@ -324,4 +326,4 @@ def test_tuned_launch_autotunes_once_per_key_under_the_lock(monkeypatch):
     for _ in range(2):
         fp8_blockwise.gemm_groupwise(a, b, pow2((16, 1)), pow2((1, 1)), 1, 128, 128, out)
     assert [e[:2] for e in events] == [("autotune", True), ("cached", False)]
-    assert not kernels.AUTOTUNED_LAUNCH.locked()
+    assert not triton_launch.AUTOTUNED_LAUNCH.locked()

@@ -83,12 +83,14 @@ def round_up(x: int, y: int) -> int:
 
 
 def ceil_div(x: int, y: int) -> int:
-    """``ceil(x / y)`` for positive integers."""
+    """``ceil(x / y)`` for positive integers (on the host: ``triton.cdiv`` is a constexpr
+    function whose host calls cost microseconds each)."""
     return (x + y - 1) // y
 
 
 def next_positive_power_of_2(x: int) -> int:
-    """Smallest power of two that is at least ``x`` (1 for ``x < 1``)."""
+    """Smallest power of two that is at least ``x`` (1 for ``x < 1``); a plain-Python
+    ``triton.next_power_of_2`` for host code."""
     if x < 1:
         return 1
     return 1 << (int(x) - 1).bit_length()

@@ -5,7 +5,7 @@ counterpart): the reusable schedule a MUSA caller prepares once per step and pas
 ``metadata=``.
 """
 
-from .mla._core import trtllm_batch_decode_with_kv_cache_mla
+from .mla._decode import trtllm_batch_decode_with_kv_cache_mla
 from .mla._metadata import DecodeMetadata, get_batch_decode_metadata_mla
 
 __all__ = ["DecodeMetadata", "get_batch_decode_metadata_mla", "trtllm_batch_decode_with_kv_cache_mla"]

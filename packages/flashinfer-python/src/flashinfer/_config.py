@@ -1,8 +1,10 @@
-"""The report printed by ``python -m flashinfer show-config``.
+"""What ``python -m flashinfer show-config`` prints, and the README's routing tables.
 
-Everything in it is read from this process: installed distributions, the optional runtimes
-(found without importing MATE), the devices PyTorch sees, and for each op and device the
-implementation a call would take, resolved by the same code the ops use.
+Everything in the report is read from this process: installed distributions, the optional
+runtimes (found without importing MATE), the devices PyTorch sees, and for each op and device
+the implementation a call would take, resolved by the same code the ops use. The routing prose
+comes from one place, ``ROUTES`` and the backend tables in each op package's ``_dispatch.py``;
+:func:`routes_markdown` renders the same data as the README's tables.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import inspect
 import platform
 
 import torch
@@ -18,7 +21,9 @@ from ._core import dispatch
 from ._core import mate as mate_loader
 
 DISTRIBUTIONS = ("flashinfer-python", "flashinfer-core", "flashinfer-gemm", "flashinfer-mla")
-OP_PACKAGES = ("flashinfer.gemm._dispatch", "flashinfer.mla._dispatch")
+# op package -> its dispatch module (ROUTES, BACKEND_TABLES)
+OP_PACKAGES = {"flashinfer.gemm": "flashinfer.gemm._dispatch", "flashinfer.mla": "flashinfer.mla._dispatch"}
+DEVICE_COLUMNS = (("reference", "CPU and other devices"), ("cuda", "CUDA"), ("mate", "MUSA"))
 
 
 def _version(dist: str) -> str:
@@ -26,6 +31,15 @@ def _version(dist: str) -> str:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
+
+
+def _op_packages():
+    """``(package, dispatch module)`` of every op package installed here."""
+    for package, module in OP_PACKAGES.items():
+        try:
+            yield importlib.import_module(package), importlib.import_module(module)
+        except ImportError:
+            continue
 
 
 def _runtimes() -> list[tuple[str, str]]:
@@ -83,16 +97,44 @@ def show_config() -> str:
     devices = _devices()
     lines += ["", "Devices:"]
     lines += [f"  {str(d):<20} {_device_name(d)}" for d in devices]
-    for package in OP_PACKAGES:
-        try:
-            table = importlib.import_module(package).DESCRIPTION
-        except ImportError:
-            continue
-        lines += ["", f"Implementations ({package.rsplit('.', 1)[0]}):"]
+    for package, routing in _op_packages():
+        lines += ["", f"Implementations ({package.__name__}):"]
+        width = max(map(len, routing.ROUTES)) + 2
         for device in devices:
             kind = dispatch.implementation_kind(device)
             lines.append(f"  on {device} -> {kind}{_implementation_note(kind)}")
-            width = max(map(len, table)) + 2
-            for op, by_kind in table.items():
-                lines.append(f"    {op:<{width}}{by_kind[kind]}")
+            lines += [f"    {op:<{width}}{by_kind[kind]}" for op, by_kind in routing.ROUTES.items()]
+    return "\n".join(lines)
+
+
+def _backend_default(package, function: str):
+    fn = getattr(package, function, None)
+    parameter = inspect.signature(fn).parameters.get("backend") if fn is not None else None
+    return None if parameter is None else parameter.default
+
+
+def _code(op: str) -> str:
+    # `name` (qualifier): only the function name is code
+    name, _, qualifier = op.partition(" ")
+    return f"`{name}`" + (f" {qualifier}" if qualifier else "")
+
+
+def routes_markdown() -> str:
+    """The README's two tables: what runs per op and device, and the backend names per function."""
+    header = "| op | " + " | ".join(title for _, title in DEVICE_COLUMNS) + " |"
+    lines = [header, "|---" * (len(DEVICE_COLUMNS) + 1) + "|"]
+    packages = list(_op_packages())
+    for _, routing in packages:
+        for op, by_kind in routing.ROUTES.items():
+            names = ", ".join(_code(name.strip()) for name in op.split(","))
+            lines.append(f"| {names} | " + " | ".join(by_kind[kind] for kind, _ in DEVICE_COLUMNS) + " |")
+    lines += ["", "| function | backend names | rules kept |", "|---|---|---|"]
+    for package, routing in packages:
+        for table in routing.BACKEND_TABLES:
+            if not table.names:
+                continue
+            default = _backend_default(package, table.function)
+            names = ", ".join(f"`{n}`" + (" (default)" if n == default else "") for n in table.names)
+            rules = "; ".join(f"`{name}`: {rule}" for name, rule in table.notes.items()) or "none"
+            lines.append(f"| `{table.function}` | {names} | {rules} |")
     return "\n".join(lines)

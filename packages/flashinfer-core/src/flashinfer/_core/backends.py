@@ -8,10 +8,11 @@ hooks but not the wrapper: the public function takes ``skip_check`` itself (no e
 layer on the hot path) and :func:`gated` only attaches the attributes and hides
 ``skip_check`` from ``inspect.signature``, so introspection shows upstream's signature.
 
-Every name in a table runs on every device: on CPU it means the reference implementation,
-on CUDA the NVIDIA path, on MUSA MATE. The answers of the hooks are therefore the same for
-every compute capability; problem-specific refusals (a known name that cannot run one
-particular call) raise :class:`BackendSupportedError` from the op itself.
+Every name in a table runs on every device: the tensor's device picks the implementation
+(``ROUTES`` in each package's ``_dispatch.py``), the name only keeps FlashInfer's name-specific
+rules (``notes``). The answers of the hooks are therefore the same for every compute
+capability; problem-specific refusals (a known name that cannot run one particular call) raise
+:class:`BackendSupportedError` from the op itself.
 """
 
 from __future__ import annotations
@@ -32,14 +33,15 @@ class BackendTable:
         FlashInfer v0.6.17's literals for this function (empty when it has no ``backend``).
     mate : tuple of str
         MATE's own names, accepted as well.
-    meaning : dict
-        ``{name: {device type: what runs}}`` for the README and ``show-config``.
+    notes : dict
+        ``{name: the rule that name keeps}`` for names with a rule of their own (README,
+        ``show-config``).
     """
 
     function: str
     upstream: tuple[str, ...] = ()
     mate: tuple[str, ...] = ()
-    meaning: dict = field(default_factory=dict)
+    notes: dict = field(default_factory=dict)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -1,50 +1,33 @@
-"""Implementation resolution: tensor device type x backend name -> implementation module.
+"""Which implementation serves a call: the tensor's device type picks it.
 
-Every op package has three implementation modules with the same function names and the
-same normalized arguments:
+Every op package has three implementation modules with the same function names and the same
+normalized arguments (``docs/internals.md``):
 
-- ``_reference``: plain PyTorch in float32, runs on any device; what runs on CPU.
-- ``_cuda``: the NVIDIA path (vendor libraries through PyTorch, Triton kernels).
+- ``_reference``: plain PyTorch in float32, runs on any device; what runs on CPU;
+- ``_cuda``: the NVIDIA path (vendor libraries through PyTorch, Triton kernels);
 - ``_mate``: the MUSA path through MATE; it routes what MATE cannot do to the reference.
 
-The device type picks the module (a dictionary lookup, cached); backend *names* only select
-rules inside the API layer, never a different module. Setting the environment variable
-``FLASHINFER_FORCE_REFERENCE=1`` forces the reference implementation on every device, for
-debugging and parity checks. It is read once, when this module is imported (set it before
-starting Python); :func:`reload_environment` reads it again.
+A package lists them in one explicit mapping from implementation kind to a function that
+imports the module (lazily: importing a package never imports Triton or MATE), e.g.
+``Dispatcher(reference=load_reference, cuda=load_cuda, mate=load_mate)`` in
+``flashinfer/gemm/_dispatch.py``. Backend *names* only select rules inside the API layer, never
+a module. ``FLASHINFER_FORCE_REFERENCE=1`` forces the reference on every device, for debugging
+and parity checks; it is read once, at import (set it before starting Python), and again by
+:func:`reload_environment`.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import os
+from collections.abc import Callable
+from types import ModuleType
+from typing import NamedTuple
 
 import torch
 
 FORCE_REFERENCE_ENV = "FLASHINFER_FORCE_REFERENCE"
-
-# device type -> implementation kind; any other device type runs the reference.
-DEVICE_IMPLEMENTATION = {"cuda": "cuda", "musa": "mate"}
-
-
-def _env_forces_reference() -> bool:
-    return os.environ.get(FORCE_REFERENCE_ENV, "") not in ("", "0", "false", "False")
-
-
-# Read once: an environment lookup on every call would be most of the dispatch cost.
-_forced = _env_forces_reference()
-
-
-def reload_environment() -> None:
-    """Read ``FLASHINFER_FORCE_REFERENCE`` again (it is otherwise read once, at import)."""
-    global _forced
-    _forced = _env_forces_reference()
-
-
-def force_reference() -> bool:
-    """Whether ``FLASHINFER_FORCE_REFERENCE`` asks for the reference implementation."""
-    return _forced
+KINDS = ("reference", "cuda", "mate")
 
 
 def triton_available() -> bool:
@@ -52,15 +35,48 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+class Routing(NamedTuple):
+    """Device type -> implementation kind (any other device type runs the reference)."""
+
+    device_kinds: dict
+    force_reference: bool
+
+    def kind(self, device_type: str) -> str:
+        """The implementation kind of a call on a device of this type."""
+        if self.force_reference:
+            return "reference"
+        kind = self.device_kinds.get(device_type, "reference")
+        if kind == "cuda" and not _triton_present():
+            return "reference"
+        return kind
+
+    def routed(self, device_type: str, kind: str) -> Routing:
+        """A copy that sends ``device_type`` to ``kind`` (tests route CPU tensors to ``mate``)."""
+        return self._replace(device_kinds={**self.device_kinds, device_type: kind})
+
+
+def _env_forces_reference() -> bool:
+    return os.environ.get(FORCE_REFERENCE_ENV, "") not in ("", "0", "false", "False")
+
+
+# The routing in force. It is replaced, never mutated: a Dispatcher's cache follows the object.
+ROUTING = Routing({"cuda": "cuda", "musa": "mate"}, _env_forces_reference())
+
+
+def reload_environment() -> None:
+    """Read ``FLASHINFER_FORCE_REFERENCE`` again (it is otherwise read once, at import)."""
+    global ROUTING
+    ROUTING = ROUTING._replace(force_reference=_env_forces_reference())
+
+
+def force_reference() -> bool:
+    """Whether ``FLASHINFER_FORCE_REFERENCE`` asks for the reference implementation."""
+    return ROUTING.force_reference
+
+
 def implementation_kind(device: torch.device | str) -> str:
     """The implementation a call on ``device`` uses: ``reference``, ``cuda`` or ``mate``."""
-    if _forced:
-        return "reference"
-    device_type = device if isinstance(device, str) else device.type
-    kind = DEVICE_IMPLEMENTATION.get(device_type, "reference")
-    if kind == "cuda" and not _triton_present():
-        return "reference"
-    return kind
+    return ROUTING.kind(device if isinstance(device, str) else device.type)
 
 
 _TRITON_PRESENT: list[bool] = []
@@ -73,34 +89,31 @@ def _triton_present() -> bool:
 
 
 class Dispatcher:
-    """Maps a tensor's device to the implementation module of one op package.
+    """The implementation module of one op package for a tensor's device.
 
     Parameters
     ----------
-    package : str
-        The op package, e.g. ``"flashinfer.gemm"``; its implementation modules are
-        ``<package>._reference``, ``<package>._cuda`` and ``<package>._mate``.
+    reference, cuda, mate : callable
+        Functions returning the package's ``_reference``, ``_cuda`` and ``_mate`` modules; each
+        imports its module on first use (``from . import _cuda``).
     """
 
-    def __init__(self, package: str):
-        self.package = package
-        self._modules: dict[str, object] = {}
+    def __init__(
+        self,
+        *,
+        reference: Callable[[], ModuleType],
+        cuda: Callable[[], ModuleType],
+        mate: Callable[[], ModuleType],
+    ):
+        self.loaders = {"reference": reference, "cuda": cuda, "mate": mate}
+        self._routing: Routing | None = None
+        self._by_device: dict = {}
 
-    def module(self, device: torch.device):
-        """The implementation module for ``device`` (imported on first use, then cached)."""
-        kind = "reference" if _forced else DEVICE_IMPLEMENTATION.get(device.type, "reference")
-        if kind == "cuda" and not _triton_present():
-            kind = "reference"
-        mod = self._modules.get(kind)
-        if mod is None:
-            mod = importlib.import_module(f"{self.package}._{kind}")
-            self._modules[kind] = mod
-        return mod
-
-    def reference(self):
-        """The reference implementation module."""
-        mod = self._modules.get("reference")
-        if mod is None:
-            mod = importlib.import_module(f"{self.package}._reference")
-            self._modules["reference"] = mod
-        return mod
+    def module(self, device: torch.device) -> ModuleType:
+        """The implementation module for ``device``; cached per device (a dict lookup)."""
+        if self._routing is not ROUTING:
+            self._routing, self._by_device = ROUTING, {}
+        module = self._by_device.get(device)
+        if module is None:
+            module = self._by_device[device] = self.loaders[ROUTING.kind(device.type)]()
+        return module

@@ -1,11 +1,16 @@
-"""Repeat launches of a Triton kernel without Triton's per-call dispatch.
+"""The one layer between the op packages and Triton's launch: repeat launches without Triton's
+per-call dispatch.
 
 ``kernel[grid](*args, **kw)`` re-derives the kernel's specialization from every argument on
 every call (each pointer's 16-byte alignment, each integer's divisibility), builds a cache key
 from it, looks the compiled kernel up, and its C launcher asks the driver about each pointer
 (``cuPointerGetAttribute``). For kernels with 30-40 arguments that host work takes longer than
-the kernel at small sizes (RoPE of one token, decode at batch 1). :class:`FastLaunch` keys
-the compiled kernel on what these launches vary and calls it directly with raw pointers.
+the kernel at small sizes (RoPE of one token, decode at batch 1): measured on the H200's host,
+an eager call through :class:`FastLaunch` takes 10-31 us less than through Triton's launch, and
+an autotuned GEMM through :class:`TunedLaunch` 25-54 us less than through Triton's Autotuner
+(``benchmarks/launch_overhead.py``; ``benchmarks/RESULTS.md``, "Eager launches"). Inside a CUDA
+graph none of this host work is paid; eager calls (warm-up, prefill, engines without graphs)
+pay it on every call, hence this layer.
 
 Rules
 -----
@@ -14,13 +19,15 @@ Rules
   divisibility by 16, equality to 1 and width), the keyword arguments (constexprs and launch
   options) and the device. That is at least as fine as Triton's own specialization, so the
   compiled kernel found is always the one Triton would have chosen. At most ``MAX_ENTRIES``
-  kernels are kept per launcher.
+  kernels (and tuned configs) are kept per launcher.
 - Runtime arguments are passed positionally, constexprs and launch options by keyword.
 - The first call of a key, and every call while a launch hook is set (profilers such as
-  proton), under ``TRITON_INTERPRET=1`` or on a Triton without ``triton.knobs`` (< 3.4, another
-  launch protocol), goes through ``kernel[grid]`` itself. The protocol used (``CompiledKernel.run``
-  taking every parameter after the grid, stream, handles and hooks) is the one of Triton 3.4 to
-  3.9's sources; it has run on 3.6 (H200) and, stubbed, is tested on CPU.
+  proton), under ``TRITON_INTERPRET=1`` or on a Triton outside ``SUPPORTED_TRITON``, goes
+  through ``kernel[grid]`` itself. The protocol used (``CompiledKernel.run`` taking the grid,
+  stream, function handle, packed metadata, launch metadata and the two hooks, then every
+  parameter in signature order) is the one ``JITFunction.run`` itself uses in Triton 3.4 to
+  3.9; ``tests/core/test_triton_launch.py`` checks it against the installed Triton's source and
+  runs every decision with the launcher stubbed; it has run on 3.6 (H200).
 - The launch runs on the first tensor argument's device (a device guard when that is not the
   current device). Callers have validated that every tensor lives on that CUDA device: pointers
   are passed as integers, which the launcher does not check again.
@@ -31,8 +38,11 @@ Rules
 from __future__ import annotations
 
 import operator
+import re
+import threading
 
 import torch
+import triton
 from triton.compiler import CompiledKernel
 from triton.runtime.jit import JITFunction
 
@@ -42,20 +52,22 @@ try:
 except ImportError:  # Triton < 3.4: its compiled kernels take another argument list
     knobs = None
 
-__all__ = ["FastLaunch", "MAX_ENTRIES", "cdiv", "next_power_of_2"]
+__all__ = ["AUTOTUNED_LAUNCH", "FastLaunch", "MAX_ENTRIES", "SUPPORTED_TRITON", "TunedLaunch"]
 
 MAX_ENTRIES = 256
+# (major, minor) of the first and last Triton whose launch protocol FastLaunch follows.
+SUPPORTED_TRITON = ((3, 4), (3, 9))
 
 
-def cdiv(a: int, b: int) -> int:
-    """``ceil(a / b)`` for launch grids: ``triton.cdiv`` is a constexpr function whose host
-    calls cost microseconds each."""
-    return -(-a // b)
+def triton_version() -> tuple[int, int]:
+    """``(major, minor)`` of the installed Triton (compared as numbers, never as strings)."""
+    major, minor = re.match(r"(\d+)\.(\d+)", triton.__version__).groups()
+    return int(major), int(minor)
 
 
-def next_power_of_2(n: int) -> int:
-    """The smallest power of two ``>= n`` (1 for ``n <= 1``); a plain-Python ``triton.next_power_of_2``."""
-    return 1 << max(n - 1, 0).bit_length()
+def protocol_supported() -> bool:
+    """Whether this Triton's compiled-kernel launch is the one :class:`FastLaunch` makes."""
+    return knobs is not None and SUPPORTED_TRITON[0] <= triton_version() <= SUPPORTED_TRITON[1]
 
 
 _DATA_PTR = torch.Tensor.data_ptr
@@ -120,7 +132,7 @@ class FastLaunch:
 
     def __init__(self, kernel, varying: tuple = ()):
         self.kernel = kernel
-        self.enabled = knobs is not None and isinstance(kernel, JITFunction)
+        self.enabled = isinstance(kernel, JITFunction) and protocol_supported()
         names = [p.name for p in getattr(kernel, "params", ())]
         self._varying = frozenset(names.index(name) for name in varying) if self.enabled else frozenset()
         self._compiled: dict = {}
@@ -182,3 +194,52 @@ class FastLaunch:
         if len(self._compiled) >= MAX_ENTRIES:
             self._compiled.clear()
         self._compiled[key] = (compiled.run, compiled.function, compiled.packed_metadata, constexprs)
+
+
+# Triton's Autotuner keeps per-call state on the shared object (it sets ``nargs`` at the start of
+# every call and clears it at the end), so calls from several threads at once corrupt each
+# other ("'NoneType' object is not a mapping", found on the H200). Launches through the
+# Autotuner hold this lock; an uncontended acquire costs well under a microsecond.
+AUTOTUNED_LAUNCH = threading.Lock()
+
+
+class TunedLaunch:
+    """An autotuned kernel whose tuned config is then launched through :class:`FastLaunch`.
+
+    The first call of a key runs Triton's Autotuner (which times the configs, under
+    ``AUTOTUNED_LAUNCH``) and records the config it chose; later calls of the key launch that
+    config through :class:`FastLaunch`, skipping the Autotuner's and the JIT's per-call
+    dispatch. At most ``MAX_ENTRIES`` chosen configs are kept (a cleared key is tuned again,
+    from the Autotuner's own cache).
+
+    Parameters
+    ----------
+    tuned : triton.runtime.Autotuner
+        The ``triton.autotune``-decorated kernel.
+    varying : tuple of str, optional
+        Integer parameters that take many values (see :class:`FastLaunch`).
+    """
+
+    def __init__(self, tuned, varying: tuple = ()):
+        self.tuned = tuned
+        self.fast = FastLaunch(tuned.fn, varying)
+        self._chosen: dict = {}
+
+    def launch(self, grid, key: tuple, *args, **constants) -> None:
+        """Launch with the config tuned for ``key``.
+
+        ``grid`` is a tuple or a function of the meta-parameters (as for ``kernel[grid]``).
+        ``key`` must determine the Autotuner's choice and which configs are valid: its key
+        arguments, the tensor dtypes and every constexpr in ``constants``.
+        """
+        chosen = self._chosen.get(key)
+        if chosen is None:
+            with AUTOTUNED_LAUNCH:
+                self.tuned[grid](*args, **constants)
+                chosen = self.tuned.best_config.all_kwargs()
+            if len(self._chosen) >= MAX_ENTRIES:
+                self._chosen.clear()
+            self._chosen[key] = chosen
+            return
+        meta = {**constants, **chosen}
+        self.fast.launch(grid(meta) if callable(grid) else grid, *args, **meta)

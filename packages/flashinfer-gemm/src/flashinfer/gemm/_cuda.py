@@ -6,47 +6,27 @@ synchronizes, and temporaries come from PyTorch's caching allocator, so every ca
 captured in a CUDA graph (Triton kernels autotune on their first call for a shape class: run
 each shape once before capturing, as serving engines do in their warm-up).
 
-Routing, per function:
-
-- ``bmm`` 16-bit: ``torch.bmm`` (cuBLAS); a column-major B is passed as its transposed view,
-  never copied. fp32 output from 16-bit inputs uses ``torch.bmm``'s ``out_dtype`` form, which
-  writes fp32 directly; bf16 inputs with an fp16 output round once, from an fp32 temporary.
-- ``bmm`` FP8, one batch: ``torch._scaled_mm`` (cuBLASLt) with per-tensor scales, or row-wise
-  scales for e4m3 with bf16 output, when the layout is what cuBLASLt takes without copies
-  (row-major A, column-major B, contiguous output, 16-byte alignment, k and n multiples of 16,
-  not e5m2 x e5m2). Everything else, and every batch count above one, runs the batched Triton
-  kernel ``kernels.fp8_bmm`` in one launch.
-- ``gemm_groupwise``: ``torch._scaled_mm`` with DeepSeek-style 1x128 / 128x128 block scales
-  (cuBLASLt, Hopper only) for bf16/fp16 output where cuBLASLt takes the shape (m a multiple of
-  4, k of 512, n of 16); the scale tensors are relaid to its layout (a few kilobytes; the
-  (128, 128, 128) granularity expands the A scales per row). Other granularities, dtypes and
-  shapes, and FP8 output, run ``kernels.fp8_blockwise``.
-- ``group_gemm_contiguous`` / ``group_gemm_masked``: the persistent Triton kernel
-  ``kernels.fp8_blockwise`` (no library offers these layouts).
-
-Devices without FP8 tensor cores (compute capability below 8.9) run the FP8 functions through
-``flashinfer.gemm._reference``.
+What runs per op is ``ROUTES`` in :mod:`._dispatch`; the conditions under which a library
+call takes a problem as it lies in memory are at :func:`_scaled_mm_takes` and
+:func:`_blockwise_cublas_takes`. Everything else runs the Triton kernels of
+``flashinfer.gemm.kernels``. Devices without FP8 tensor cores (compute capability below 8.9)
+run the FP8 functions through ``flashinfer.gemm._reference``.
 """
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
-_FP8_MMA_CAPABILITY = (8, 9)
+from flashinfer._core.constants import FP8_TENSOR_CORE_CAPABILITY
+from flashinfer.utils import get_compute_capability
+
 # cuBLASLt's 1x128 / 128x128 block scaling exists for sm90 only (PyTorch rejects other archs).
 _BLOCKWISE_CUBLAS_MAJOR = 9
 _CUBLAS_ALIGNMENT_BYTES = 16
 
 
-@functools.cache
-def _capability(device_index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(device_index)
-
-
 def _has_fp8_mma(device: torch.device) -> bool:
-    return _capability(device.index) >= _FP8_MMA_CAPABILITY
+    return get_compute_capability(device) >= FP8_TENSOR_CORE_CAPABILITY
 
 
 def _reference():
@@ -184,7 +164,7 @@ def _blockwise_cublas_takes(a, b, block_m, block_n, block_k, out) -> bool:
     m, k = a.shape
     n = b.shape[0]
     return (
-        _capability(a.device.index)[0] == _BLOCKWISE_CUBLAS_MAJOR
+        get_compute_capability(a.device)[0] == _BLOCKWISE_CUBLAS_MAJOR
         and block_m in (1, 128)
         and block_n == 128
         and block_k == 128

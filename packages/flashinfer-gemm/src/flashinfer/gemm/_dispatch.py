@@ -1,37 +1,68 @@
-"""The GEMM package's dispatcher, and what each implementation does per op (for show-config)."""
+"""Which implementation module serves the GEMMs, and what each one runs per op.
+
+``DISPATCH.module(device)`` returns ``flashinfer.gemm._reference``, ``._cuda`` or ``._mate``
+(:mod:`flashinfer._core.dispatch`). ``ROUTES`` (with the backend tables' rules) is the one description of what runs where: the
+README's tables and ``python -m flashinfer show-config`` are generated from it.
+"""
 
 from __future__ import annotations
 
 from flashinfer._core.dispatch import Dispatcher
 
-DISPATCH = Dispatcher("flashinfer.gemm")
+from ._backends import TABLES
 
-DESCRIPTION = {
+
+def _load_reference():
+    from . import _reference
+
+    return _reference
+
+
+def _load_cuda():
+    from . import _cuda
+
+    return _cuda
+
+
+def _load_mate():
+    from . import _mate
+
+    return _mate
+
+
+DISPATCH = Dispatcher(reference=_load_reference, cuda=_load_cuda, mate=_load_mate)
+
+_FP8_BELOW_SM89 = "; the reference below compute capability 8.9"
+
+# op -> implementation kind -> what runs
+ROUTES = {
     "bmm_bf16": {
-        "reference": "torch.matmul in float32, cast once to the output dtype",
-        "cuda": "cuBLAS through torch.bmm (fp32 accumulation); B transposed views, never copied",
-        "mate": "mate.gemm.bmm (muDNN), NT or NN without copies; fp16 output from bf16 inputs "
-        "through an fp32 scratch",
+        "reference": "torch.matmul in float32, cast once",
+        "cuda": "cuBLAS (torch.bmm; B's transposed view, never copied)",
+        "mate": "mate.gemm.bmm (muDNN)",
     },
     "bmm_fp8": {
         "reference": "dequantize to float32, torch.matmul, scale, cast once",
-        "cuda": "torch._scaled_mm (cuBLASLt FP8) for one batch where it takes the layout; "
-        "otherwise the batched Triton kernel",
-        "mate": "mate.gemm.bmm (muDNN) with tensor or channel recipes and 0-dim scale views",
+        "cuda": "torch._scaled_mm (cuBLASLt) for one batch where it takes the layout, else the batched "
+        "Triton FP8 kernel" + _FP8_BELOW_SM89,
+        "mate": "mate.gemm.bmm (muDNN), tensor or channel recipes",
     },
     "gemm_fp8_nt_groupwise": {
-        "reference": "dequantize both operands by their scale blocks, torch.matmul in float32",
-        "cuda": "torch._scaled_mm blockwise 1x128/128x128 (sm90, bf16 output) or the Triton blockwise kernel",
-        "mate": "mate.gemm.bmm (muDNN) with recipes (1,128)/(128,128); MUBIN with FP8 output",
+        "reference": "dequantize by scale blocks, torch.matmul in float32",
+        "cuda": "torch._scaled_mm blockwise (sm90, bf16/fp16 output) where cuBLASLt takes the shape, "
+        "else the Triton blockwise kernel (also FP8 output)" + _FP8_BELOW_SM89,
+        "mate": "mate.gemm.bmm (muDNN); MUBIN for FP8 output",
     },
     "group_deepgemm_fp8_nt_groupwise": {
         "reference": "one float32 matmul per group, rows selected by m_indices",
-        "cuda": "persistent Triton blockwise FP8 kernel",
-        "mate": "mate.gemm.ragged_m_moe_gemm_8bit (MUBIN) into a scratch; -1 rows kept",
+        "cuda": "persistent Triton blockwise FP8 kernel" + _FP8_BELOW_SM89,
+        "mate": "mate.gemm.ragged_m_moe_gemm_8bit (MUBIN)",
     },
     "batch_deepgemm_fp8_nt_groupwise": {
         "reference": "batched float32 matmul, rows past masked_m kept",
-        "cuda": "persistent Triton blockwise FP8 kernel",
-        "mate": "mate.gemm.masked_moe_gemm_8bit (MUBIN) into a scratch; rows past masked_m kept",
+        "cuda": "persistent Triton blockwise FP8 kernel" + _FP8_BELOW_SM89,
+        "mate": "mate.gemm.masked_moe_gemm_8bit (MUBIN)",
     },
 }
+
+BACKEND_TABLES = tuple(TABLES.values())

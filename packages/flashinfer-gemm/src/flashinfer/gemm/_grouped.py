@@ -8,10 +8,11 @@ import torch
 
 from flashinfer._core.backends import gated
 from flashinfer._core.checks import fail
+from flashinfer.utils import ceil_div
 
 from ._backends import BATCH_DEEPGEMM_FP8_NT_GROUPWISE, GROUP_DEEPGEMM_FP8_NT_GROUPWISE
 from ._dispatch import DISPATCH
-from ._validate import E4M3, ceil_div, check_out_overlap, check_same_device, check_scale, check_tensor
+from ._validate import E4M3, check_out_overlap, check_same_device, check_scale, check_tensor
 
 _BLOCK = 128
 _INT32 = torch.int32

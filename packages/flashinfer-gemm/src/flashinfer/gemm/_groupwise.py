@@ -6,14 +6,15 @@ import torch
 
 from flashinfer._core.backends import gated
 from flashinfer._core.checks import fail
+from flashinfer._core.constants import E4M3_MAX, OUTPUT_SCALE_BLOCK, OUTPUT_SCALE_FLOOR
 from flashinfer._core.errors import BackendSupportedError
+from flashinfer.utils import ceil_div
 
 from ._backends import GEMM_FP8_NT_GROUPWISE
 from ._dispatch import DISPATCH
 from ._validate import (
     E4M3,
     FLOAT32,
-    ceil_div,
     check_fp8,
     check_out_overlap,
     check_same_device,
@@ -25,7 +26,6 @@ from ._validate import (
 _OUT_16BIT = (torch.bfloat16, torch.float16)
 # (gm, gn, gk) that upstream's kernels run: per-row or 128-row A blocks, 128x128 B blocks.
 _GRANULARITIES = ((1, 128, 128), (128, 128, 128))
-_OUTPUT_BLOCK = 128
 _TRTLLM_MIN_K = 256
 
 
@@ -78,7 +78,7 @@ def _check_output(out, out_dtype, output_scale, dtype, a, b, a_scale, b_scale) -
                 ValueError, arg, "torch.float8_e4m3fn (the output dtype when `output_scale` is given)", dtype
             )
         check_scale(output_scale, "output_scale", device, "a")
-        shape = (m, ceil_div(n, _OUTPUT_BLOCK))
+        shape = (m, ceil_div(n, OUTPUT_SCALE_BLOCK))
         if output_scale.shape != shape or not output_scale.is_contiguous():
             fail(ValueError, "output_scale", f"a contiguous tensor of shape {shape}", output_scale)
     if out is not None:
@@ -348,7 +348,7 @@ def gemm_fp8_nt_groupwise(
         return out
     if k == 0:
         if output_scale is not None:
-            output_scale.fill_(1e-12 / 448.0)
+            output_scale.fill_(OUTPUT_SCALE_FLOOR / E4M3_MAX)
         return out.zero_()
     gm, gn, gk = granularity
     DISPATCH.module(a.device).gemm_groupwise(a, b, a_view, b_view, gm, gn, gk, out, output_scale)

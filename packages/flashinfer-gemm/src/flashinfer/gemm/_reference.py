@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-E4M3_MAX = 448.0
-OUTPUT_BLOCK = 128
+from flashinfer._core.constants import E4M3_MAX, OUTPUT_SCALE_BLOCK, OUTPUT_SCALE_FLOOR
+
 DEEPGEMM_BLOCK = 128
 
 
@@ -43,11 +43,11 @@ def gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, outpu
         out.copy_(acc)
         return
     m, n = acc.shape
-    padded = torch.nn.functional.pad(acc, (0, (-n) % OUTPUT_BLOCK))
-    block_amax = padded.abs().view(m, -1, OUTPUT_BLOCK).amax(dim=-1)
-    scale = block_amax.clamp_min(1e-12) / E4M3_MAX
+    padded = torch.nn.functional.pad(acc, (0, (-n) % OUTPUT_SCALE_BLOCK))
+    block_amax = padded.abs().view(m, -1, OUTPUT_SCALE_BLOCK).amax(dim=-1)
+    scale = block_amax.clamp_min(OUTPUT_SCALE_FLOOR) / E4M3_MAX
     output_scale.copy_(scale)
-    per_element = scale.repeat_interleave(OUTPUT_BLOCK, dim=1)[:, :n]
+    per_element = scale.repeat_interleave(OUTPUT_SCALE_BLOCK, dim=1)[:, :n]
     out.copy_((acc / per_element).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn))
 
 

@@ -81,7 +81,3 @@ def out_overlaps(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> bool:
 def check_out_overlap(out: torch.Tensor, inputs: dict) -> None:
     """Reject an ``out`` that overlaps an input: the result would depend on the write order."""
     check_no_overlap(out, "out", inputs)
-
-
-def ceil_div(x: int, y: int) -> int:
-    return -(-x // y)

@@ -1,10 +1,11 @@
 """``flashinfer.mla``: MLA decode (``trtllm_batch_decode_with_kv_cache_mla``) and MLA dimensions.
 
-The decode is defined in :mod:`flashinfer.mla._core`, as upstream; ``flashinfer.decode``
+The decode is defined in :mod:`flashinfer.mla._decode` (upstream: ``flashinfer.mla._core``, a
+name that here would collide with the shared runtime ``flashinfer._core``); ``flashinfer.decode``
 re-exports the same object.
 """
 
-from ._core import trtllm_batch_decode_with_kv_cache_mla
+from ._decode import trtllm_batch_decode_with_kv_cache_mla
 from ._dimensions import (
     MLAHeadDimensions,
     MLALayerDimensions,

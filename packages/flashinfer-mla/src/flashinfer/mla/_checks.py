@@ -11,10 +11,16 @@ import math
 
 import torch
 
+from .._core.backends import BackendTable
 from .._core.checks import check_device, check_last_dim_contiguous, check_no_overlap, check_tensor, fail
 from ..utils import get_device_sm_count, get_trtllm_gen_multi_ctas_kv_counter_bytes
 
-BACKENDS = ("auto", "trtllm-gen", "cute-dsl", "xqa", "sparse")
+# Every name runs this device's implementation; none keeps a rule of its own.
+DECODE_BACKENDS = BackendTable(
+    function="trtllm_batch_decode_with_kv_cache_mla",
+    upstream=("auto", "trtllm-gen", "cute-dsl", "xqa", "sparse"),
+)
+BACKENDS = DECODE_BACKENDS.names
 MLA_DIMS = ((512, 64), (256, 64), (512, 0))
 DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 

@@ -7,8 +7,9 @@ older devices run FP8 decode through the reference implementation, BF16 decode t
 Float16 decode runs the reference on every device.
 
 Decode kernels come in two tiers (``flashinfer._core.kernel_tier``): on Hopper the Gluon kernel
-(``kernels/mla_decode_gluon.py``) takes e4m3 and bf16 decode with 512 latent and 64 rope dims;
-every other device, dtype or width runs the portable Triton kernel (``kernels/mla_decode.py``).
+(``kernels/mla_decode_gluon.py``) takes e4m3 and bf16 decode with 512 latent and 64 rope dims
+over 16-byte aligned rows; every other device, dtype, width or layout runs the portable Triton
+kernel (``kernels/mla_decode.py``).
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from typing import NamedTuple
 
 import torch
 
+from .._core.constants import FP8_TENSOR_CORE_CAPABILITY
 from .._core.kernel_tier import gluon_supported, use_gluon
+from ..utils import get_compute_capability, get_device_sm_count
 
 __all__ = ["decode_plan", "dense_decode", "rope_quantize", "sparse_decode"]
 
-FP8_DOT_CAPABILITY = (8, 9)
-# the Gluon decode kernel's shape: 512 latent + 64 rope dims
+# the Gluon decode kernel's widths: 512 latent + 64 rope dims
 GLUON_DECODE_DIMS = (512, 576)
 
 
@@ -40,20 +42,6 @@ def _gluon_kernels():
     from .kernels import mla_decode_gluon
 
     return mla_decode_gluon
-
-
-@functools.cache
-def _device_facts(device: torch.device) -> tuple[int, tuple[int, int]]:
-    # (multiprocessor count, compute capability), read once per device
-    props = torch.cuda.get_device_properties(device)
-    return props.multi_processor_count, (props.major, props.minor)
-
-
-def _device(device) -> torch.device:
-    device = torch.device(device)
-    if device.index is None:
-        device = torch.device(device.type, torch.cuda.current_device())
-    return device
 
 
 def rope_quantize(
@@ -86,22 +74,26 @@ class DecodePlans(NamedTuple):
     """
 
     portable: object  # kernels.mla_decode.DecodePlan
-    gluon: object  # the Gluon kernel's plan, or None where that tier cannot run
+    gluon: object  # the Gluon kernel's DecodePlan, or None where that tier cannot run
 
 
-@functools.cache
+@functools.lru_cache(maxsize=256)
 def decode_plan(batch: int, q_len: int, heads: int, topk: int, device) -> DecodePlans:
     """The split schedules of a decode call shape, from the device's multiprocessor count.
+
+    Memoized (bounded): planning costs a few microseconds of host time, and a decode without
+    ``metadata=`` plans on every call.
 
     Returns
     -------
     DecodePlans
         Frozen; depends on the shape and device only, never on ``seq_lens`` values.
     """
-    device = _device(device)
-    num_sms, _ = _device_facts(device)
+    device = torch.device(device)
+    num_sms = get_device_sm_count(device)
     portable = _kernels()[1].plan_decode(batch, q_len, heads, topk, num_sms)
-    if not gluon_supported(device.index):
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if not gluon_supported(index):
         return DecodePlans(portable, None)
     return DecodePlans(portable, _gluon_kernels().plan_decode_gluon(batch, q_len, heads, topk, num_sms))
 
@@ -124,7 +116,7 @@ def _fp8_on_reference(query) -> bool:
     # Triton kernels on a GPU yet, so it takes the reference.
     if query.dtype == torch.float16:
         return True
-    return query.element_size() == 1 and _device_facts(query.device)[1] < FP8_DOT_CAPABILITY
+    return query.element_size() == 1 and get_compute_capability(query.device) < FP8_TENSOR_CORE_CAPABILITY
 
 
 def _reference():

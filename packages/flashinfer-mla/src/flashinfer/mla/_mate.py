@@ -25,16 +25,14 @@ from __future__ import annotations
 import torch
 
 from .._core import mate as mate_loader
+from .._core.constants import FP8_NAN_BITS, LOG2E
 from . import _reference
 
 MODULE = "mate.sparse_mla_interface"
-LOG2E = 1.4426950408889634
 # MATE's kernel shape: 64 heads per CTA, index rows in 64-slot blocks, 512 + 64 head dims.
 HEAD_BLOCK = 64
 TOPK_BLOCK = 64
 NOPE, ROPE = 512, 64
-# Bit pattern of NaN in both float8_e4m3fn and float8_e5m2.
-FP8_NAN_BITS = 0x7F
 # MATE ignores qk_nope_head_dim (callers fold it into bmm1_scale); any value is passed through.
 QK_NOPE_HEAD_DIM = 128
 

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-LOG2E = 1.4426950408889634
+from .._core.constants import FP8_MAX, LOG2E
 
 # Upper bound on the float32 scratch one decode chunk gathers (keys x head dim + scores).
 _CHUNK_BYTES = 64 << 20
@@ -28,7 +28,7 @@ _ROPE_CHUNK_ELEMENTS = 1 << 22
 def _saturating_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # FlashInfer's kernel converts with satfinite; clamp first so no torch version can
     # turn an overflow into NaN (NaN inputs stay NaN).
-    fmax = torch.finfo(dtype).max
+    fmax = FP8_MAX[dtype]
     return x.clamp(-fmax, fmax).to(dtype)
 
 

@@ -36,15 +36,18 @@ import math
 import triton
 import triton.language as tl
 
-from ..._core.triton_launch import next_power_of_2
-from . import TunedLaunch, banded_tile, multiprocessors
+from ..._core.constants import E4M3_MAX as _E4M3_MAX
+from ..._core.constants import OUTPUT_SCALE_BLOCK, OUTPUT_SCALE_FLOOR
+from ..._core.triton_launch import TunedLaunch
+from ...utils import next_positive_power_of_2
+from . import banded_tile, multiprocessors
 
 # layouts and the e4m3 limit, as constexpr globals so the kernel can read them
 DENSE = tl.constexpr(0)
 CONTIGUOUS = tl.constexpr(1)
 MASKED = tl.constexpr(2)
-E4M3_MAX = tl.constexpr(448.0)
-OUTPUT_SCALE_BLOCK = 128
+E4M3_MAX = tl.constexpr(_E4M3_MAX)
+SCALE_FLOOR = tl.constexpr(OUTPUT_SCALE_FLOOR)
 
 
 def _configs():
@@ -188,7 +191,7 @@ def fp8_blockwise_kernel(
             if OUT_FP8:
                 # one column tile is one 128-column output-scale block (BLOCK_N == 128)
                 amax = tl.max(tl.abs(acc), axis=1)
-                row_scale = tl.maximum(amax, 1e-12) / E4M3_MAX
+                row_scale = tl.maximum(amax, SCALE_FLOOR) / E4M3_MAX
                 tl.store(out_scale_ptr + rows * stride_osm + pid_n, row_scale, mask=mask_m)
                 quantized = tl.clamp(acc / row_scale[:, None], -E4M3_MAX, E4M3_MAX)
                 tl.store(out_ptrs, quantized.to(out_ptr.dtype.element_ty), mask=out_mask)
@@ -228,7 +231,7 @@ def _launch(
     num_programs = multiprocessors(a.device)
     args = (
         a, b, out, a_scale, b_scale, rows_arg, out_scale_arg,
-        m, n, k, groups, next_power_of_2(m_hint),
+        m, n, k, groups, next_positive_power_of_2(m_hint),
         *_strides3(a), *_strides3(b), *_strides3(out), *_strides3(a_scale), *_strides3(b_scale),
         output_scale.stride(0) if out_fp8 else 0,
     )  # fmt: skip

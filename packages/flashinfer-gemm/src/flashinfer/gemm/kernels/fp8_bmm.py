@@ -27,8 +27,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..._core.triton_launch import cdiv, next_power_of_2
-from . import TunedLaunch, banded_tile, multiprocessors
+from ..._core.triton_launch import TunedLaunch
+from ...utils import ceil_div, next_positive_power_of_2
+from . import banded_tile, multiprocessors
 
 MIN_BLOCK_K = 128  # the smallest BLOCK_K of the autotuned tiles
 
@@ -36,11 +37,11 @@ MIN_BLOCK_K = 128  # the smallest BLOCK_K of the autotuned tiles
 def _configs():
     # The DeepSeek MLA absorb products are (tokens x 128) @ (128 x 512) and
     # (tokens x 512) @ (512 x 128) for 128 heads: small k or small n, so tiles of 64 rows keep
-    # enough programs in flight; 128-row tiles win once tokens reach the hundreds. (Two-stage
-    # and one-stage variants for the one-K-step k = 128 case were measured on the H200 and did
-    # not help.) Persistent tiles (last field: programs a multiprocessor) walk the tile list in
-    # one loop; at k = 128 that loop has no inner K loop and is software-pipelined, so the next
-    # tiles' loads overlap a tile's output stores, which bound the k = 128 products.
+    # enough programs in flight; 128-row tiles win once tokens reach the hundreds. Persistent
+    # tiles (last field: programs a multiprocessor) walk the tile list in one loop; at k = 128
+    # that loop has no inner K loop and is software-pipelined, so the next tiles' loads overlap
+    # a tile's output stores, which bound the k = 128 products. (What was tried and measured:
+    # benchmarks/RESULTS.md, GEMM.)
     shapes = [
         (64, 128, 128, 4, 3, 0),
         (64, 64, 128, 4, 4, 0),
@@ -192,13 +193,13 @@ def fp8_bmm(A, B, A_scale, B_scale, out, config=None) -> None:
     b_scale_strides = B_scale.stride()[::2] if B_scale.dim() else (0, 0)
     args = (
         A, B, out, A_scale, B_scale,
-        m, n, k, next_power_of_2(m), batch,
+        m, n, k, next_positive_power_of_2(m), batch,
         *A.stride(), *B.stride(), *out.stride(), *a_scale_strides, *b_scale_strides,
     )  # fmt: skip
     num_sms = multiprocessors(A.device)
 
     def grid(meta):
-        tiles = cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"])
+        tiles = ceil_div(m, meta["BLOCK_M"]) * ceil_div(n, meta["BLOCK_N"])
         per_sm = meta.get("PROGRAMS_PER_SM", 0)
         return (min(batch * tiles, num_sms * per_sm),) if per_sm else (tiles, batch)
 

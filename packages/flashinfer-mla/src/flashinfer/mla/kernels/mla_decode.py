@@ -41,10 +41,12 @@ import dataclasses
 import triton
 import triton.language as tl
 
-from ..._core.triton_launch import FastLaunch, next_power_of_2
+from ..._core import constants
+from ..._core.triton_launch import FastLaunch
+from ...utils import ceil_div, next_positive_power_of_2
 
 # globals read inside kernels must be constexpr
-LOG2E = tl.constexpr(1.4426950408889634)
+LOG2E = tl.constexpr(constants.LOG2E)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,15 +79,12 @@ class DecodeConfig:
 
 def decode_config(heads: int, fp8: bool) -> DecodeConfig:
     """The tile shape for ``heads`` query heads (FP8 or BF16 operands)."""
-    # Measured on an H200 with `benchmarks/bench_mla.py --tune` (benchmarks/RESULTS.md).
-    # 64 heads fill the M of one Hopper wgmma; 8 warps split the [64, 512] fp32 accumulator
-    # over two warpgroups (128 registers a thread), which leaves one program a multiprocessor;
-    # 64-key steps beat 32 (437 -> 349 us for FP8 at batch 128, 128 heads). Also measured and
-    # slower: keys-major 128-key tiles (no duplicated QK^T, but the V round trip spills), FP8
-    # probabilities with an FP8 PV dot (Triton transposes V through registers), the query
-    # reloaded in the loop, register caps, 32-head tiles on 4 warps.
-    # Fewer heads are memory-bound and run on mma.sync: small tiles, two programs a
-    # multiprocessor, FP8 rows upcast for QK^T (mma.sync's FP8 operands spill).
+    # Chosen with `benchmarks/bench_mla.py --tune` on an H200 (the candidates and their times:
+    # "How the decode tile was chosen", benchmarks/RESULTS.md). 64 heads fill the M of one
+    # Hopper wgmma; 8 warps split the [64, 512] fp32 accumulator over two warpgroups, which
+    # leaves one program a multiprocessor. Fewer heads are memory-bound and run on mma.sync:
+    # small tiles, two programs a multiprocessor, FP8 rows upcast for QK^T (mma.sync's FP8
+    # operands spill).
     if heads > 32:
         return DecodeConfig(64, 64, num_warps=8, num_stages=2 if fp8 else 3, programs_per_sm=1)
     if heads > 16:
@@ -365,7 +364,7 @@ def plan_decode(batch: int, q_len: int, heads: int, list_len: int, num_sms: int)
         Multiprocessors of the device.
     """
     fp8_config, bf16_config = decode_config(heads, True), decode_config(heads, False)
-    head_blocks = triton.cdiv(heads, fp8_config.block_h)
+    head_blocks = ceil_div(heads, fp8_config.block_h)
     programs = batch * q_len * head_blocks
     slots = num_sms * fp8_config.programs_per_sm
     # with at least a wave already, one split writes out directly and skips the combine
@@ -476,7 +475,7 @@ def mla_decode(
             (part_rows,),
             workspace, workspace_pad, sinks_arg, scale2, out, lse_arg, heads, q_len, num_splits,
             *out.stride()[:3], *lse_strides,
-            D_V=d_v, SPLITS_POW2=next_power_of_2(num_splits),
+            D_V=d_v, SPLITS_POW2=next_positive_power_of_2(num_splits),
             HAS_SINKS=has_sinks, HAS_LSE=has_lse, SCALE2_ON_DEVICE=scale2_on_device,
             num_warps=4,
         )  # fmt: skip

@@ -43,10 +43,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ..._core.triton_launch import FastLaunch, next_power_of_2
+from ..._core import constants
+from ..._core.triton_launch import FastLaunch
+from ...utils import next_positive_power_of_2
 from .mla_decode import DecodePlan, _scale_arg, _workspace_splits, mla_combine_kernel, plan_decode
 
-LOG2E = gl.constexpr(1.4426950408889634)
+LOG2E = gl.constexpr(constants.LOG2E)
 BLOCK_H = gl.constexpr(64)  # heads a program takes: the M of one wgmma
 
 
@@ -465,7 +467,7 @@ def mla_decode(
             (part_rows,),
             workspace, workspace_pad, sinks_arg, scale2, out, lse_arg, heads, q_len, num_splits,
             *out.stride()[:3], *lse_strides,
-            D_V=d_v, SPLITS_POW2=next_power_of_2(num_splits),
+            D_V=d_v, SPLITS_POW2=next_positive_power_of_2(num_splits),
             HAS_SINKS=has_sinks, HAS_LSE=has_lse, SCALE2_ON_DEVICE=scale2_on_device,
             num_warps=4,
         )  # fmt: skip

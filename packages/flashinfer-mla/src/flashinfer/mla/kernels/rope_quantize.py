@@ -25,12 +25,14 @@ one launch and one read of the token's cos/sin row.
 
 from __future__ import annotations
 
+import functools
+
 import triton
 import triton.language as tl
 
+from ..._core import constants
 from ..._core.triton_launch import FastLaunch
-
-FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
+from ...utils import ceil_div, next_positive_power_of_2
 
 # Elements one program moves per part (heads x width): 8192 16-bit elements (16 KiB read,
 # 8 KiB written) keep enough bytes in flight per multiprocessor without spilling.
@@ -38,8 +40,8 @@ TILE_ELEMENTS = 8192
 NUM_WARPS = 4
 
 
-# 0x7F is a NaN in both e4m3fn and e5m2 (a constexpr: kernels read no other globals)
-FP8_NAN_BITS = tl.constexpr(0x7F)
+# a constexpr: kernels read no other globals
+FP8_NAN_BITS = tl.constexpr(constants.FP8_NAN_BITS)
 
 
 @triton.jit
@@ -198,18 +200,22 @@ def rope_quantize_kernel(
         )  # fmt: skip
 
 
-def _meta(rope_dim: int, nope_dim: int, num_q_heads: int, num_k_heads: int, out_dtype) -> dict:
-    block_nope = triton.next_power_of_2(nope_dim) if nope_dim else 0
+@functools.lru_cache(maxsize=256)
+def launch_meta(rope_dim: int, nope_dim: int, num_q_heads: int, num_k_heads: int, out_dtype) -> tuple:
+    """``(constexpr meta-parameters, head blocks)`` of a call shape (memoized: a few us of host
+    arithmetic otherwise, on every eager call)."""
+    block_nope = next_positive_power_of_2(nope_dim) if nope_dim else 0
     width = block_nope + rope_dim
-    block_h = max(1, min(TILE_ELEMENTS // width, triton.next_power_of_2(max(num_q_heads, num_k_heads))))
+    block_h = max(1, min(TILE_ELEMENTS // width, next_positive_power_of_2(max(num_q_heads, num_k_heads))))
     block_h = 1 << (block_h.bit_length() - 1)  # a power of two for tl.arange
-    return {
+    meta = {
         "ROPE_DIM": rope_dim,
         "NOPE_DIM": nope_dim,
         "BLOCK_NOPE": block_nope,
         "BLOCK_H": block_h,
-        "FP8_MAX": FP8_MAX[str(out_dtype).removeprefix("torch.")],
+        "FP8_MAX": constants.FP8_MAX[out_dtype],
     }
+    return meta, ceil_div(num_q_heads, block_h) + ceil_div(num_k_heads, block_h)
 
 
 def _token_head(k):
@@ -218,8 +224,6 @@ def _token_head(k):
     return strides[:2] if len(strides) == 3 else (strides[0], 0)
 
 
-# (rope_dim, nope_dim, Hq, Hk, out dtype) -> constexpr meta-parameters and head-block count
-_META_CACHE: dict = {}
 _ROPE_QUANTIZE = FastLaunch(rope_quantize_kernel)
 
 
@@ -260,14 +264,7 @@ def rope_quantize(
     nnz, num_q_heads, rope_dim = q_rope.shape
     num_k_heads = k_rope.shape[1] if k_rope.dim() == 3 else 1
     nope_dim = q_nope.shape[2]
-    key = (rope_dim, nope_dim, num_q_heads, num_k_heads, q_rope_out.dtype)
-    cached = _META_CACHE.get(key)
-    if cached is None:
-        meta = _meta(rope_dim, nope_dim, num_q_heads, num_k_heads, q_rope_out.dtype)
-        block_h = meta["BLOCK_H"]
-        head_blocks = triton.cdiv(num_q_heads, block_h) + triton.cdiv(num_k_heads, block_h)
-        cached = _META_CACHE[key] = (meta, head_blocks)
-    meta, head_blocks = cached
+    meta, head_blocks = launch_meta(rope_dim, nope_dim, num_q_heads, num_k_heads, q_rope_out.dtype)
     _ROPE_QUANTIZE.launch(
         (nnz, head_blocks),
         q_rope, k_rope, q_nope, k_nope,
