@@ -1,4 +1,4 @@
-"""MLA decode for Hopper (sm_90) in Gluon: a gather warp feeding two wgmma warpgroups.
+"""MLA decode for Hopper (sm_90) in Gluon: a gather partition feeding two wgmma warpgroups.
 
 The same problem, layouts and workspace format as :mod:`.mla_decode` (read its docstring
 first); this module replaces only the decode kernel on Hopper, and the split partials are
@@ -7,23 +7,28 @@ merged by the same combine kernel.
 Schedule
 --------
 A program takes 64 query heads of one query token and one chunk of its key list (the heads
-fill the M of a wgmma; fewer heads are padded). Its warps are split into two partitions
-(``gl.warp_specialize``):
+fill the M of a wgmma; fewer heads are padded). Its twelve warps form three partitions
+(``gl.warp_specialize``) that hand work over through mbarriers:
 
-- the **gather** partition (one warp, few registers) walks the chunk ``BLOCK_N`` keys at a
-  time, reads the slot indices (or pages), and copies each valid row with 16-byte ``cp.async``
-  into a ``STAGES``-deep ring of shared-memory tiles (latent ``[BLOCK_N, D_V]`` and rope
-  ``[BLOCK_N, D_ROPE]``, NVMMA-swizzled so wgmma reads them directly). Invalid or past-the-end
-  rows are never read: their copies are predicated off and land as zeros. Each thread arrives
-  on the stage's ``ready`` barrier when its copies complete;
-- the **attention** partition (two warpgroups, the default partition) waits for a stage and
-  computes ``S = Q K^T`` as asynchronous wgmma (FP8 x FP8 for e4m3, the query staged once in
-  shared memory), masks invalid keys, runs the online softmax in the exp2 domain, and adds
-  ``P V`` with a 16-bit wgmma whose accumulator ``[64, D_V]`` is split by columns over the two
-  warpgroups. FP8 rows are converted to float16 for ``P V`` (exact: every e4m3 value is an
-  fp16 value; ``P`` in fp16 keeps 3 more mantissa bits than bf16) into a shared tile while the
-  ``Q K^T`` wgmma runs; the FP8 stage is then released at once. BF16 rows feed both products
-  from the ring, and the stage is released when ``P V`` has read it.
+- **gather** (4 warps, few registers): walks the chunk ``BLOCK_N`` keys at a time, reads the
+  slot indices (or pages) one block ahead, and copies each valid row with ``cp.async`` into a
+  ``STAGES``-deep ring of NVMMA-swizzled tiles (latent ``[BLOCK_N, D_V]``, rope
+  ``[BLOCK_N, D_ROPE]``) that wgmma reads directly. Rows that do not exist are never read (their
+  copies are predicated off and land as zeros); a per-key bias row (0, or -inf for them) goes
+  beside each stage.
+- **score** (the default warpgroup): ``S = Q K^T`` as asynchronous wgmma (FP8 x FP8 for e4m3;
+  the query is staged in shared memory once), bias, online softmax in the exp2 domain, and
+  ``P`` (fp16 for FP8 rows, bf16 for BF16 rows) into a double-buffered shared tile for both
+  warpgroups. The running maximum is raised only when a row's grows by more than 2^8 (so
+  ``P <= 256``); only then is the output rescaled, by a factor handed over with ``P``.
+- **output** (the second warpgroup) and score each own half of the output columns: ``O[:, h] +=
+  P V[:, h]`` as a 16-bit wgmma reading ``P`` from shared memory. FP8 rows are converted to
+  fp16 first (exact: every e4m3 value is an fp16 value), each warpgroup its own half, and the
+  FP8 stage is released once both have; BF16 stages are read by ``P V`` directly and released
+  when it completes.
+
+Every wgmma is waited for within its loop iteration: one still in flight across the loop's back
+edge makes ptxas serialize all wgmma of the kernel (its warning C7512).
 
 Per-token limits, sinks, base-2 LSE, float or on-device scales, strided outputs and the split
 partials are as in :mod:`.mla_decode`.
@@ -50,6 +55,8 @@ from .mla_decode import DecodePlan, _scale_arg, _workspace_splits, mla_combine_k
 
 LOG2E = gl.constexpr(constants.LOG2E)
 BLOCK_H = gl.constexpr(64)  # heads a program takes: the M of one wgmma
+# the running maximum is raised lazily: P = 2^(s - m) stays <= 2^RESCALE_LOG2 (fp16 holds it)
+RESCALE_LOG2 = gl.constexpr(8.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,25 +69,21 @@ class GluonDecodeConfig:
         Keys a stage holds.
     stages : int
         Depth of the gather ring.
-    gather_warps : int
-        Warps of the gather partition.
-    qk_promote : int
-        FP8 only: add the ``Q K^T`` wgmma products into float32 every this many dims (0: one
-        chain over all 576, accumulated at the tensor core's FP8 accumulation precision).
+    ablate : int
+        Timing experiments only (``benchmarks/decode_tiers.py``): 1 skips the copies, 2 the
+        attention math. Results are then wrong.
     """
 
     block_n: int
     stages: int
-    gather_warps: int = 4
-    qk_promote: int = 0
-    ablate: int = 0  # timing experiments only: 1 skips the copies, 2 the attention math
-    prefetch: bool = False
+    ablate: int = 0
 
 
-# Shared memory (of 227 KB): FP8 holds the query (36 KB), a 3-deep ring of 36 KB stages and the
-# fp16 copy of V (64 KB); BF16 holds a 72 KB query and 36 KB stages of 32 keys.
-FP8_CONFIG = GluonDecodeConfig(block_n=64, stages=3, gather_warps=4)
-BF16_CONFIG = GluonDecodeConfig(block_n=32, stages=3, gather_warps=4)
+# Shared memory (of 227 KB): FP8 holds the query (36 KB), two 36 KB stages, the two fp16 halves
+# of V (64 KB) and two P tiles (16 KB); BF16 holds a 72 KB query and three 36 KB stages of 32 keys.
+FP8_CONFIG = GluonDecodeConfig(block_n=64, stages=2)
+BF16_CONFIG = GluonDecodeConfig(block_n=32, stages=3)
+GATHER_WARPS = gl.constexpr(4)
 
 
 @gluon.jit
@@ -99,34 +102,15 @@ def _key_rows(list_row, pos, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAG
 
 
 @gluon.jit
-def _prefetch_rows(kv_ptr, offs, valid, ROW_BYTES: gl.constexpr, GATHER_WARPS: gl.constexpr):
-    # L2 prefetch of every 128-byte line of the rows (two lines a lane, eight lanes a row, as
-    # the copies are laid out); rows that do not exist prefetch row 0 instead
-    layout: gl.constexpr = gl.BlockedLayout([1, 2], [4, 8], [GATHER_WARPS, 1], [1, 0])
-    LINES: gl.constexpr = ROW_BYTES // 128 + 1  # a row may start mid-line
-    ELEMENTS_PER_LINE: gl.constexpr = 128 * 8 // kv_ptr.dtype.element_ty.primitive_bitwidth
-    offs = gl.convert_layout(gl.where(valid, offs, 0), gl.SliceLayout(1, layout))
-    line = gl.minimum(gl.arange(0, 16, layout=gl.SliceLayout(0, layout)), LINES - 1)
-    gl.inline_asm_elementwise(
-        "prefetch.global.L2 [$1]; mov.u32 $0, 0;",
-        "=r,l",
-        [kv_ptr + offs[:, None] + (line * ELEMENTS_PER_LINE)[None, :]],
-        dtype=gl.int32,
-        is_pure=False,
-        pack=1,
-    )
-
-
-@gluon.jit
 def _gather_partition(
     kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
-    lat_ring, rope_ring, ready, empty,
+    lat_ring, rope_ring, bias_ring, ready, empty,
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, GATHER_WARPS: gl.constexpr, ABLATE: gl.constexpr, PREFETCH: gl.constexpr,
+    STAGES: gl.constexpr, ABLATE: gl.constexpr,
 ):  # fmt: skip
     # Eight lanes share a row: each copies D_V / 8 latent and D_ROPE / 8 rope values of it (16-byte
-    # copies, 8-byte for an FP8 rope part), so a lane handles BLOCK_N / (4 * GATHER_WARPS) rows
-    # with one index and one row offset each, the same rows in both layouts.
+    # copies, 8-byte for an FP8 rope part), so a lane handles BLOCK_N / 16 rows with one index
+    # and one row offset each, the same rows in both layouts.
     lat_layout: gl.constexpr = gl.BlockedLayout([1, D_V // 8], [4, 8], [GATHER_WARPS, 1], [1, 0])
     rope_layout: gl.constexpr = gl.BlockedLayout([1, D_ROPE // 8], [4, 8], [GATHER_WARPS, 1], [1, 0])
     row_layout: gl.constexpr = gl.SliceLayout(1, lat_layout)
@@ -135,25 +119,16 @@ def _gather_partition(
     rows = gl.arange(0, BLOCK_N, layout=row_layout)
 
     num_blocks = gl.cdiv(end - start, BLOCK_N)
-    ROW_BYTES: gl.constexpr = (D_V + D_ROPE) * kv_ptr.dtype.element_ty.primitive_bitwidth // 8
     # the list entries of the next block are read one block ahead, so their latency overlaps
-    # the copies of this one; with PREFETCH, those of the block after are read two blocks ahead
-    # and their rows prefetched into L2, which puts one more block in flight than the ring holds
+    # the copies of this one
     offs, valid = _key_rows(list_row, start + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAGE_SIZE)
-    next_offs, next_valid = _key_rows(
-        list_row, start + BLOCK_N + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAGE_SIZE
-    )
-    if PREFETCH:
-        _prefetch_rows(kv_ptr, next_offs, next_valid, ROW_BYTES, GATHER_WARPS)
     for block in range(num_blocks):
         stage = block % STAGES
-        ahead_offs, ahead_valid = _key_rows(
-            list_row, start + (block + 2) * BLOCK_N + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok,
+        next_offs, next_valid = _key_rows(
+            list_row, start + (block + 1) * BLOCK_N + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok,
             PAGE_SIZE,
         )  # fmt: skip
-        if PREFETCH:
-            _prefetch_rows(kv_ptr, ahead_offs, ahead_valid, ROW_BYTES, GATHER_WARPS)
-        # a stage is free once the attention partition released its previous use
+        # a stage is free once both attention warpgroups released its previous use
         mbarrier.wait(empty.index(stage), ((block // STAGES) & 1) ^ 1)
         if ABLATE != 1:
             async_copy.async_copy_global_to_shared(
@@ -166,128 +141,185 @@ def _gather_partition(
                 kv_ptr + rope_offs[:, None] + rope_cols[None, :],
                 mask=rope_valid[:, None],
             )
-        # every gather thread arrives when its own copies of this stage have landed
+        bias_ring.index(stage).store(gl.where(valid, 0.0, float("-inf")))
+        # each gather thread arrives when its own copies have landed; one more arrival (after
+        # the partition's barrier) publishes the bias row
         async_copy.mbarrier_arrive(ready.index(stage), increment_count=False)
+        mbarrier.arrive(ready.index(stage), count=1)
         offs = next_offs
         valid = next_valid
-        next_offs = ahead_offs
-        next_valid = ahead_valid
 
 
 @gluon.jit
-def _attention_partition(
-    q_lat, q_rope, lat_ring, rope_ring, v16, ready, empty,
-    list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok, scale_log2,
-    sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh, part_ptr, part_lse_ptr,
-    head0, num_heads,
-    D_V: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-    HALF: gl.constexpr, SPLIT: gl.constexpr, HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr,
-    QK_PROMOTE: gl.constexpr, ABLATE: gl.constexpr,
+def _copy_v_half(v_fp8, v16, BLOCK_N: gl.constexpr):
+    # FP8 -> fp16 copy of one half of V, 16 rows at a time (32 values a thread)
+    v_layout: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
+    for r in gl.static_range(BLOCK_N // 16):
+        v = v_fp8.slice(r * 16, 16, dim=0).load(v_layout)
+        v16.slice(r * 16, 16, dim=0).store(v.to(gl.float16))
+    fence_async_shared()
+
+
+@gluon.jit
+def _score_partition(
+    q_lat, q_rope, lat_ring, rope_ring, bias_ring, v16, p_ring, alpha_ring, ready, empty,
+    p_ready, p_free, o_scale_smem, done,
+    start, end, scale_log2, sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh,
+    part_ptr, part_lse_ptr, head0, num_heads,
+    D_V: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
+    HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr, ABLATE: gl.constexpr,
 ):  # fmt: skip
-    # One warpgroup: all 64 heads' scores (the other warpgroup computes the same ones: FP8 Q K^T
-    # is cheap, and each then owns whole rows, so the softmax needs no exchange) and the output
-    # columns [HALF * D_V / 2, (HALF + 1) * D_V / 2).
     FP8: gl.constexpr = q_lat.dtype.primitive_bitwidth == 8
     D_HALF: gl.constexpr = D_V // 2
-    QK_K: gl.constexpr = 256 // q_lat.dtype.primitive_bitwidth
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, QK_K]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 256 // q_lat.dtype.primitive_bitwidth]
     )
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D_HALF, 16]
     )
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    p_dtype: gl.constexpr = gl.float16 if FP8 else gl.bfloat16
-    # the FP8 -> fp16 copy of this half of V, 16 rows at a time (32 values a thread)
-    v_layout: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
-    V_ROWS: gl.constexpr = 16
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
-    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, s_layout))
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=row_s)  # the maximum P is taken against
+    l_i = gl.zeros([BLOCK_H], gl.float32, layout=row_s)
     acc = gl.zeros([BLOCK_H, D_HALF], gl.float32, layout=o_layout)
     s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
-    key_cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
 
     num_blocks = gl.cdiv(end - start, BLOCK_N)
     for block in range(num_blocks):
         stage = block % STAGES
-        # which keys of this block exist (the gather skipped the others): read before the wait
-        _, valid = _key_rows(
-            list_row, start + block * BLOCK_N + key_cols, end, num_kv_rows, stride_kv_row, stride_kv_tok,
-            PAGE_SIZE,
-        )  # fmt: skip
+        buf = block % 2
         mbarrier.wait(ready.index(stage), (block // STAGES) & 1)
         if ABLATE == 2:
             mbarrier.arrive(empty.index(stage), count=1)
         else:
+            bias = bias_ring.index(stage).load(gl.SliceLayout(0, s_layout))
             # the rows were written by cp.async (generic proxy); wgmma reads through the async proxy
             fence_async_shared()
             lat = lat_ring.index(stage)
-            v_half = lat.slice(HALF * D_HALF, D_HALF, dim=1)
             s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma(q_rope, rope_ring.index(stage).permute((1, 0)), s, is_async=True)
-            if FP8:
-                # the FP8 -> fp16 copy of this half of V runs on the CUDA cores beside Q K^T
-                for r in gl.static_range(BLOCK_N // V_ROWS):
-                    v = v_half.slice(r * V_ROWS, V_ROWS, dim=0).load(v_layout)
-                    v16.slice(r * V_ROWS, V_ROWS, dim=0).store(v.to(gl.float16))
-                fence_async_shared()
+            if FP8:  # this half of V, on the CUDA cores beside Q K^T
+                _copy_v_half(lat.slice(0, D_HALF, dim=1), v16, BLOCK_N)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
             if FP8:
                 mbarrier.arrive(empty.index(stage), count=1)
 
-            # online softmax; a row with nothing seen yet keeps m = -inf, exponentiated against 0
-            s = gl.where(valid[None, :], s * scale_log2, float("-inf"))
+            # online softmax with a lazily raised maximum; a row with nothing seen yet keeps -inf
+            s = s * scale_log2 + bias[None, :]
             m_new = gl.maximum(m_i, gl.max(s, 1))
-            m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = gl.exp2(m_i - m_ref)
-            p = gl.exp2(s - m_ref[:, None])
-            l_i = l_i * alpha + gl.sum(p, 1)
-            m_i = m_new
-            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-            p_op = gl.convert_layout(p.to(p_dtype), p_layout)
-            # P V is waited for at once: a wgmma still in flight across the loop's back edge makes
-            # ptxas serialize every wgmma of the kernel (C7512). The other warpgroup's softmax and
-            # V copy run on the CUDA cores meanwhile.
+            raise_max = gl.max((m_new > m_i + RESCALE_LOG2).to(gl.int32), 0) > 0
+            alpha = gl.full([BLOCK_H], 1.0, gl.float32, layout=row_s)
+            if raise_max:
+                alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
+                m_i = m_new
+                l_i = l_i * alpha
+            p = gl.exp2(s - gl.where(m_i == float("-inf"), 0.0, m_i)[:, None])
+            l_i += gl.sum(p, 1)
+
+            # hand P (and the rescale factor, when the maximum rose) to the output warpgroup
+            mbarrier.wait(p_free.index(buf), ((block // 2) & 1) ^ 1)
+            p_tile = p_ring.index(buf)
+            p_tile.store(p.to(p_ring.dtype))
+            alpha_ring.index(buf).store(gl.where(raise_max, alpha, -1.0))
+            fence_async_shared()
+            mbarrier.arrive(p_ready.index(buf), count=1)
+
+            if raise_max:
+                acc = acc * gl.convert_layout(alpha, row_o)[:, None]
             if FP8:
-                acc = warpgroup_mma(p_op, v16, acc, is_async=True)
+                acc = warpgroup_mma(p_tile, v16, acc, is_async=True)
             else:
-                acc = warpgroup_mma(p_op, v_half, acc, is_async=True)
+                acc = warpgroup_mma(p_tile, lat.slice(0, D_HALF, dim=1), acc, is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
             if not FP8:
                 mbarrier.arrive(empty.index(stage), count=1)  # P V has read the BF16 stage
 
-    # epilogue: this half's output columns (and, from the first half, the LSE)
-    m_i = gl.convert_layout(m_i, gl.SliceLayout(1, o_layout))
-    l_i = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-    heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, o_layout))
-    head_ok = heads < num_heads
-    dv = HALF * D_HALF + gl.arange(0, D_HALF, layout=gl.SliceLayout(0, o_layout))
+    # epilogue: the row scales for both halves, this half's columns, and the LSE
     seen = l_i > 0.0
-    if not SPLIT:
+    if SPLIT:
+        o_scale = gl.where(seen, 1.0 / gl.where(seen, l_i, 1.0), 0.0)
+    else:
         denom = l_i
         if HAS_SINKS:
-            sink = gl.load(sinks_ptr + heads, mask=head_ok, other=0.0) * LOG2E
+            heads_s = head0 + gl.arange(0, BLOCK_H, layout=row_s)
+            sink = gl.load(sinks_ptr + heads_s, mask=heads_s < num_heads, other=0.0) * LOG2E
             denom += gl.exp2(sink - gl.where(seen, m_i, 0.0))
         o_scale = gl.where(seen, scale2 / gl.where(seen, denom, 1.0), 0.0)
-        gl.store(
-            out_row + heads[:, None] * stride_oh + dv[None, :],
-            (acc * o_scale[:, None]).to(out_row.dtype.element_ty),
-            mask=head_ok[:, None],
-        )
-        if HAS_LSE and HALF == 0:
-            lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("inf"))
-            gl.store(lse_row + heads * stride_lh, lse, mask=head_ok)
+    o_scale_smem.store(o_scale)
+    mbarrier.arrive(done, count=1)
+    _store_half(
+        acc, gl.convert_layout(o_scale, row_o), out_row, stride_oh, part_ptr, head0, num_heads, 0, D_V, SPLIT
+    )
+    heads = head0 + gl.arange(0, BLOCK_H, layout=row_s)
+    head_ok = heads < num_heads
+    lse = m_i + gl.log2(gl.where(seen, l_i, 1.0))
+    if SPLIT:
+        gl.store(part_lse_ptr + heads, gl.where(seen, lse, float("-inf")), mask=head_ok)
+    elif HAS_LSE:
+        gl.store(lse_row + heads * stride_lh, gl.where(seen, lse, float("inf")), mask=head_ok)
+
+
+@gluon.jit
+def _store_half(acc, o_scale, out_row, stride_oh, part_ptr, head0, num_heads, HALF: gl.constexpr,
+                D_V: gl.constexpr, SPLIT: gl.constexpr):  # fmt: skip
+    # one half of the output columns: final bf16 rows, or float32 split partials
+    o_layout: gl.constexpr = acc.type.layout
+    D_HALF: gl.constexpr = D_V // 2
+    heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, o_layout))
+    cols = HALF * D_HALF + gl.arange(0, D_HALF, layout=gl.SliceLayout(0, o_layout))
+    mask = (heads < num_heads)[:, None]
+    if SPLIT:
+        ptrs = part_ptr + heads.to(gl.int64)[:, None] * D_V + cols[None, :]
+        gl.store(ptrs, acc * o_scale[:, None], mask=mask)
     else:
-        # partials in mla_decode's workspace format, merged by mla_combine_kernel
-        o_scale = gl.where(seen, 1.0 / gl.where(seen, l_i, 1.0), 0.0)
-        head_rows = heads.to(gl.int64)
-        gl.store(
-            part_ptr + head_rows[:, None] * D_V + dv[None, :], acc * o_scale[:, None], mask=head_ok[:, None]
-        )
-        if HALF == 0:
-            lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("-inf"))
-            gl.store(part_lse_ptr + head_rows, lse, mask=head_ok)
+        ptrs = out_row + heads[:, None] * stride_oh + cols[None, :]
+        gl.store(ptrs, (acc * o_scale[:, None]).to(out_row.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
+def _output_partition(
+    lat_ring, v16, p_ring, alpha_ring, ready, empty, p_ready, p_free, o_scale_smem, done,
+    start, end, out_row, stride_oh, part_ptr, head0, num_heads,
+    D_V: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
+    ABLATE: gl.constexpr,
+):  # fmt: skip
+    FP8: gl.constexpr = lat_ring.dtype.primitive_bitwidth == 8
+    D_HALF: gl.constexpr = D_V // 2
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D_HALF, 16]
+    )
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    acc = gl.zeros([BLOCK_H, D_HALF], gl.float32, layout=o_layout)
+
+    num_blocks = gl.cdiv(end - start, BLOCK_N)
+    for block in range(num_blocks):
+        stage = block % STAGES
+        buf = block % 2
+        mbarrier.wait(ready.index(stage), (block // STAGES) & 1)
+        if ABLATE == 2:
+            mbarrier.arrive(empty.index(stage), count=1)
+        else:
+            v_half = lat_ring.index(stage).slice(D_HALF, D_HALF, dim=1)
+            if FP8:
+                _copy_v_half(v_half, v16, BLOCK_N)
+                mbarrier.arrive(empty.index(stage), count=1)
+            mbarrier.wait(p_ready.index(buf), (block // 2) & 1)
+            alpha = alpha_ring.index(buf).load(row_o)
+            if gl.max(alpha, 0) >= 0.0:  # the score warpgroup raised the maximum
+                acc = acc * alpha[:, None]
+            fence_async_shared()
+            if FP8:
+                acc = warpgroup_mma(p_ring.index(buf), v16, acc, is_async=True)
+            else:
+                acc = warpgroup_mma(p_ring.index(buf), v_half, acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            mbarrier.arrive(p_free.index(buf), count=1)
+            if not FP8:
+                mbarrier.arrive(empty.index(stage), count=1)
+
+    mbarrier.wait(done, 0)
+    _store_half(acc, o_scale_smem.load(row_o), out_row, stride_oh, part_ptr, head0, num_heads, 1, D_V, SPLIT)
 
 
 @gluon.jit
@@ -305,9 +337,8 @@ def mla_decode_gluon_kernel(
     stride_ob, stride_ot, stride_oh, stride_lb, stride_lt, stride_lh,
     # meta-parameters
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, GATHER_WARPS: gl.constexpr, SPLIT: gl.constexpr, HAS_SINKS: gl.constexpr,
-    HAS_LSE: gl.constexpr, SCALE1_ON_DEVICE: gl.constexpr, SCALE2_ON_DEVICE: gl.constexpr,
-    QK_PROMOTE: gl.constexpr = 0, ABLATE: gl.constexpr = 0, PREFETCH: gl.constexpr = False,
+    STAGES: gl.constexpr, SPLIT: gl.constexpr, HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr,
+    SCALE1_ON_DEVICE: gl.constexpr, SCALE2_ON_DEVICE: gl.constexpr, ABLATE: gl.constexpr = 0,
 ):  # fmt: skip
     # program -> (head block, split, query token), as in mla_decode_kernel
     pid = gl.program_id(0)
@@ -351,63 +382,75 @@ def mla_decode_gluon_kernel(
     heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, q_layout))
     q_row = q_ptr + batch.to(gl.int64) * stride_qb + token * stride_qt + heads[:, None] * stride_qh
     head_ok = (heads < num_heads)[:, None]
-    lat_cols = gl.arange(0, D_V, layout=gl.SliceLayout(0, q_layout))
-    rope_cols = D_V + gl.arange(0, D_ROPE, layout=gl.SliceLayout(0, q_layout))
     lat_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], dtype)
     rope_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_ROPE], dtype)
-    q_lat = gl.allocate_shared_memory(
-        dtype, [BLOCK_H, D_V], lat_smem, gl.load(q_row + lat_cols[None, :], mask=head_ok, other=0.0)
-    )
+    q_lat = gl.allocate_shared_memory(dtype, [BLOCK_H, D_V], lat_smem)
+    for c in gl.static_range(D_V // 128):  # 128 columns at a time: few registers
+        cols = c * 128 + gl.arange(0, 128, layout=gl.SliceLayout(0, q_layout))
+        q_lat.slice(c * 128, 128, dim=1).store(gl.load(q_row + cols[None, :], mask=head_ok, other=0.0))
+    rope_cols = D_V + gl.arange(0, D_ROPE, layout=gl.SliceLayout(0, q_layout))
     q_rope = gl.allocate_shared_memory(
         dtype, [BLOCK_H, D_ROPE], rope_smem, gl.load(q_row + rope_cols[None, :], mask=head_ok, other=0.0)
     )
 
     FP8: gl.constexpr = dtype.primitive_bitwidth == 8
+    p_dtype: gl.constexpr = gl.float16 if FP8 else gl.bfloat16
     lat_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D_V], lat_smem)
     rope_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D_ROPE], rope_smem)
+    # per-row vectors: a 1-D layout, leading dims index the buffers
+    vec_smem: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
+    bias_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_N], vec_smem)
     # each warpgroup's fp16 copy of its half of V (FP8 only: BF16 rows feed P V from the ring)
     v16_rows: gl.constexpr = BLOCK_N if FP8 else 8
     v16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([v16_rows, D_V // 2], gl.float16)
     v16 = gl.allocate_shared_memory(gl.float16, [2, v16_rows, D_V // 2], v16_layout)
+    p_ring = gl.allocate_shared_memory(
+        p_dtype, [2, BLOCK_H, BLOCK_N], gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], p_dtype)
+    )
+    alpha_ring = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], vec_smem)
+    o_scale_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], vec_smem)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    p_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=32 * GATHER_WARPS)
-        mbarrier.init(empty.index(i), count=2)  # one arrival per attention warpgroup
+        mbarrier.init(ready.index(i), count=32 * GATHER_WARPS + 1)  # copies, then the bias row
+        mbarrier.init(empty.index(i), count=2)  # both attention warpgroups
+    for i in gl.static_range(2):
+        mbarrier.init(p_ready.index(i), count=1)
+        mbarrier.init(p_free.index(i), count=1)
+    mbarrier.init(done, count=1)
     fence_async_shared()
 
-    # Registers (65536 a multiprocessor, 168 a thread at launch for 12 warps): the gather warps
-    # take 40, or 56 for page lookups and prefetch addresses; the two attention warpgroups share
-    # the rest equally (the default partition gets what the workers leave).
-    GATHER_REGS: gl.constexpr = 56 if PAGE_SIZE > 0 or PREFETCH else 40
-    ATTENTION_REGS: gl.constexpr = (2016 // 4 - GATHER_REGS) // 2 // 8 * 8
+    # Registers (65536 a multiprocessor: 168 a thread at launch for 12 warps): the gather takes
+    # 40, or 56 for page lookups; the output warpgroup 216; the score warpgroup what is left.
+    GATHER_REGS: gl.constexpr = 56 if PAGE_SIZE > 0 else 40
     gl.warp_specialize(
         [
             (
-                _attention_partition,
-                (q_lat, q_rope, lat_ring, rope_ring, v16.index(0), ready, empty,
-                 list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok, scale_log2,
-                 sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh, part_ptr, part_lse_ptr,
-                 head0, num_heads,
-                 D_V, PAGE_SIZE, BLOCK_N, STAGES, 0, SPLIT, HAS_SINKS, HAS_LSE, QK_PROMOTE, ABLATE),
+                _score_partition,
+                (q_lat, q_rope, lat_ring, rope_ring, bias_ring, v16.index(0), p_ring, alpha_ring, ready, empty,
+                 p_ready, p_free, o_scale_smem, done,
+                 start, end, scale_log2, sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh,
+                 part_ptr, part_lse_ptr, head0, num_heads,
+                 D_V, BLOCK_N, STAGES, SPLIT, HAS_SINKS, HAS_LSE, ABLATE),
             ),
             (
-                _attention_partition,
-                (q_lat, q_rope, lat_ring, rope_ring, v16.index(1), ready, empty,
-                 list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok, scale_log2,
-                 sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh, part_ptr, part_lse_ptr,
-                 head0, num_heads,
-                 D_V, PAGE_SIZE, BLOCK_N, STAGES, 1, SPLIT, HAS_SINKS, HAS_LSE, QK_PROMOTE, ABLATE),
+                _output_partition,
+                (lat_ring, v16.index(1), p_ring, alpha_ring, ready, empty, p_ready, p_free, o_scale_smem, done,
+                 start, end, out_row, stride_oh, part_ptr, head0, num_heads,
+                 D_V, BLOCK_N, STAGES, SPLIT, ABLATE),
             ),
             (
                 _gather_partition,
                 (kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
-                 lat_ring, rope_ring, ready, empty,
-                 D_V, D_ROPE, PAGE_SIZE, BLOCK_N, STAGES, GATHER_WARPS, ABLATE, PREFETCH),
+                 lat_ring, rope_ring, bias_ring, ready, empty,
+                 D_V, D_ROPE, PAGE_SIZE, BLOCK_N, STAGES, ABLATE),
             ),
         ],
         [4, GATHER_WARPS],
-        [ATTENTION_REGS, GATHER_REGS],
+        [216, GATHER_REGS],
     )  # fmt: skip
 
 
@@ -432,7 +475,8 @@ def mla_decode(
     """Launch the Gluon decode kernel (and the combine when split) on validated arguments.
 
     Same arguments as :func:`.mla_decode.mla_decode`; ``plan`` from :func:`plan_decode_gluon`.
-    Needs a Hopper GPU, ``D_V = 512`` and ``D_ROPE = 64``, e4m3 or bf16 operands.
+    Needs a Hopper GPU, ``D_V = 512`` and ``D_ROPE = 64``, e4m3 or bf16 operands, and key rows
+    (``kv``'s pointer and both strides) 16-byte aligned.
     """
     batch, q_len, heads, dim = query.shape
     d_v = out.shape[-1]
@@ -458,8 +502,8 @@ def mla_decode(
         key_list.stride(-2),
         *out.stride()[:3], *lse_strides,
         D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=page_size, BLOCK_N=config.block_n, STAGES=config.stages,
-        GATHER_WARPS=config.gather_warps, QK_PROMOTE=config.qk_promote, ABLATE=config.ablate, PREFETCH=config.prefetch, SPLIT=num_splits > 1, HAS_SINKS=has_sinks, HAS_LSE=has_lse,
-        SCALE1_ON_DEVICE=scale1_on_device, SCALE2_ON_DEVICE=scale2_on_device,
+        SPLIT=num_splits > 1, HAS_SINKS=has_sinks, HAS_LSE=has_lse,
+        SCALE1_ON_DEVICE=scale1_on_device, SCALE2_ON_DEVICE=scale2_on_device, ABLATE=config.ablate,
         num_warps=4, maxnreg=168,
     )  # fmt: skip
     if num_splits > 1:
