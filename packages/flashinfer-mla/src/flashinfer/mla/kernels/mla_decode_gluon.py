@@ -108,10 +108,11 @@ def _gather_partition(
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, ABLATE: gl.constexpr,
 ):  # fmt: skip
-    # Eight lanes share a row: each copies D_V / 8 latent and D_ROPE / 8 rope values of it (16-byte
-    # copies, 8-byte for an FP8 rope part), so a lane handles BLOCK_N / 16 rows with one index
-    # and one row offset each, the same rows in both layouts.
-    lat_layout: gl.constexpr = gl.BlockedLayout([1, D_V // 8], [4, 8], [GATHER_WARPS, 1], [1, 0])
+    # Eight lanes share a row, a lane a handful of rows (BLOCK_N / 16): one index and one row
+    # offset each. Each copy instruction writes 16 bytes a lane, the eight lanes of a row one
+    # whole 128-byte swizzle segment (conflict-free); the FP8 rope part is 8 bytes a lane.
+    VEC: gl.constexpr = 128 // kv_ptr.dtype.element_ty.primitive_bitwidth
+    lat_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [4, 8], [GATHER_WARPS, 1], [1, 0])
     rope_layout: gl.constexpr = gl.BlockedLayout([1, D_ROPE // 8], [4, 8], [GATHER_WARPS, 1], [1, 0])
     row_layout: gl.constexpr = gl.SliceLayout(1, lat_layout)
     lat_cols = gl.arange(0, D_V, layout=gl.SliceLayout(0, lat_layout))
@@ -152,8 +153,9 @@ def _gather_partition(
 
 @gluon.jit
 def _copy_v_half(v_fp8, v16, BLOCK_N: gl.constexpr):
-    # FP8 -> fp16 copy of one half of V, 16 rows at a time (32 values a thread)
-    v_layout: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
+    # FP8 -> fp16 copy of one half of V, 16 rows at a time (32 values a thread, 8 at a time):
+    # loads and stores are free of bank conflicts (gl.bank_conflicts)
+    v_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
     for r in gl.static_range(BLOCK_N // 16):
         v = v_fp8.slice(r * 16, 16, dim=0).load(v_layout)
         v16.slice(r * 16, 16, dim=0).store(v.to(gl.float16))
