@@ -43,15 +43,17 @@ ROUTES = {
     },
     "trtllm_batch_decode_with_kv_cache_mla (sparse)": {
         "reference": "PyTorch, float32 math, chunked online softmax",
-        "cuda": "Triton split-K MLA decode; the reference for FP8 below compute capability 8.9 and "
-        "for float16",
+        "cuda": "on Hopper (sm_90) with Triton 3.6, the warp-specialized Gluon kernel for e4m3/bf16 at "
+        "dims 512/64; elsewhere the portable Triton split-K kernel; the reference for FP8 below compute "
+        "capability 8.9 and for float16",
         "mate": "mate sparse_mla_fp8_decode for FP8 e4m3, dims 512/64, float bmm1_scale; the reference "
         "for BF16 and tensor bmm1_scale",
     },
     "trtllm_batch_decode_with_kv_cache_mla (dense)": {
         "reference": "PyTorch, float32 math, chunked online softmax",
-        "cuda": "Triton split-K paged MLA decode; the reference for FP8 below compute capability 8.9 "
-        "and for float16",
+        "cuda": "on Hopper (sm_90) with Triton 3.6, the Gluon kernel (page lookups in its gather "
+        "warps) for e4m3/bf16 at dims 512/64; elsewhere the portable Triton split-K paged kernel; the "
+        "reference for FP8 below compute capability 8.9 and for float16",
         "mate": "the reference (MATE has no dense decode for 576-wide rows)",
     },
 }
