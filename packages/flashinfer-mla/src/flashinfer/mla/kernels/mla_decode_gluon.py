@@ -86,6 +86,22 @@ BF16_CONFIG = GluonDecodeConfig(block_n=32, stages=3)
 GATHER_WARPS = gl.constexpr(4)
 
 
+@gluon.constexpr_function
+def gather_layout(row_elements, elements_per_lane):
+    """Register layout of the gather's copies of ``[BLOCK_N, row_elements]`` tiles.
+
+    Eight lanes share a row and a lane a handful of rows (``BLOCK_N / 16``: one index and one
+    row offset each). With 16-byte pieces (``elements_per_lane``), one copy instruction of eight
+    lanes fills one 128-byte swizzle segment: no bank conflicts on the NVMMA tiles.
+    """
+    return gl.BlockedLayout([1, elements_per_lane], [4, 8], [GATHER_WARPS.value, 1], [1, 0])
+
+
+# The FP8 -> fp16 copy of V: 8 values a lane, 16 lanes a row; loads from the FP8 tile and stores
+# to the fp16 tile are both free of bank conflicts.
+V_CONVERT_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))
+
+
 @gluon.jit
 def _key_rows(list_row, pos, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAGE_SIZE: gl.constexpr):
     # element offsets of the key rows at list positions `pos`, and which of them exist
@@ -108,12 +124,10 @@ def _gather_partition(
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, ABLATE: gl.constexpr,
 ):  # fmt: skip
-    # Eight lanes share a row, a lane a handful of rows (BLOCK_N / 16): one index and one row
-    # offset each. Each copy instruction writes 16 bytes a lane, the eight lanes of a row one
-    # whole 128-byte swizzle segment (conflict-free); the FP8 rope part is 8 bytes a lane.
-    VEC: gl.constexpr = 128 // kv_ptr.dtype.element_ty.primitive_bitwidth
-    lat_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [4, 8], [GATHER_WARPS, 1], [1, 0])
-    rope_layout: gl.constexpr = gl.BlockedLayout([1, D_ROPE // 8], [4, 8], [GATHER_WARPS, 1], [1, 0])
+    # 16-byte copies of the latent part; the rope part in eighths (8 bytes a lane for FP8), so
+    # that a lane's rows are the same in both layouts
+    lat_layout: gl.constexpr = gather_layout(D_V, 128 // kv_ptr.dtype.element_ty.primitive_bitwidth)
+    rope_layout: gl.constexpr = gather_layout(D_ROPE, D_ROPE // 8)
     row_layout: gl.constexpr = gl.SliceLayout(1, lat_layout)
     lat_cols = gl.arange(0, D_V, layout=gl.SliceLayout(0, lat_layout))
     rope_cols = D_V + gl.arange(0, D_ROPE, layout=gl.SliceLayout(0, rope_layout))
@@ -153,11 +167,9 @@ def _gather_partition(
 
 @gluon.jit
 def _copy_v_half(v_fp8, v16, BLOCK_N: gl.constexpr):
-    # FP8 -> fp16 copy of one half of V, 16 rows at a time (32 values a thread, 8 at a time):
-    # loads and stores are free of bank conflicts (gl.bank_conflicts)
-    v_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+    # FP8 -> fp16 copy of one half of V, 16 rows at a time (32 values a thread)
     for r in gl.static_range(BLOCK_N // 16):
-        v = v_fp8.slice(r * 16, 16, dim=0).load(v_layout)
+        v = v_fp8.slice(r * 16, 16, dim=0).load(V_CONVERT_LAYOUT)
         v16.slice(r * 16, 16, dim=0).store(v.to(gl.float16))
     fence_async_shared()
 
