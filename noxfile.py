@@ -2,19 +2,22 @@
 
 Every session sees the packages of the Python that runs nox, be it a virtual environment or
 the system's, so nothing downloads torch per session. A session is a plain virtual
-environment whose ``zz_invoking_python.pth`` lists that interpreter's package folders; they
-come after the session's own, so what a session installs (the test tools, this repository's
-distributions, editable) wins. ``--system-site-packages`` cannot do this: it shows the *base*
-interpreter's packages, which lack torch when nox runs from a virtual environment.
+environment whose ``zz_invoking_python.pth`` lists that interpreter's package folders.
+``--system-site-packages`` cannot do this: it shows the *base* interpreter's packages, which
+lack torch when nox runs from a virtual environment.
 
-Triton (about 640 MB installed) is seen only by the sessions whose tests run Triton kernels:
-from the Python that runs nox where it has a recent enough one, else from one copy installed
-into ``.nox/_triton`` and shared by those sessions.
+What a session needs beyond that, the invoking Python lacking it, is installed once under
+``.nox`` and listed in the same ``.pth`` file, ahead of the invoking Python's folders: the
+test tools of ``requirements-test.txt`` for every session, and Triton (about 640 MB) only
+for the sessions whose tests run Triton kernels. The sessions themselves hold only the
+editable installs of this repository.
 """
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import os
+import shutil
 import sys
 import sysconfig
 from pathlib import Path
@@ -36,9 +39,11 @@ nox.options.reuse_existing_virtualenvs = True
 
 ROOT = Path(__file__).resolve().parent
 PACKAGES = ["core", "gemm", "mla", "python"]
-TEST_REQUIREMENTS = "requirements-test.txt"
-# The distributions' `triton` extra; the tests also need Triton 3.4+ (FastLaunch's protocol).
-TRITON = Requirement("triton>=3.6")
+TEST_REQUIREMENTS = ROOT / "requirements-test.txt"
+# The distributions' `triton` extra (the tests also need 3.4+, FastLaunch's protocol), and
+# the version installed where the invoking Python has none: the H200's.
+TRITON = "triton>=3.6"
+TRITON_INSTALLED = "triton==3.6.0"
 PTH_NAME = "zz_invoking_python.pth"  # sorts after the editable installs' .pth files
 
 
@@ -62,21 +67,42 @@ def invoking_python_paths() -> list[str]:
     return kept
 
 
-def triton_paths(session) -> list[str]:
-    """Where a session that runs Triton kernels finds Triton (installing it once if needed)."""
-    try:
-        if TRITON.specifier.contains(importlib.metadata.version("triton"), prereleases=True):
-            return []  # the invoking Python's own, already listed in the .pth file
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    shared = Path(session.virtualenv.location).parent / "_triton"
-    if not (shared / "triton").is_dir():
-        session.run("python", "-m", "pip", "install", "-q", "--no-deps", "--target", str(shared), str(TRITON))
-    return [str(shared)]
+def missing(requirements: list[str]) -> list[str]:
+    """The requirements the invoking Python does not satisfy."""
+    absent = []
+    for line in requirements:
+        requirement = Requirement(line)
+        try:
+            if requirement.specifier.contains(importlib.metadata.version(requirement.name), prereleases=True):
+                continue
+        except importlib.metadata.PackageNotFoundError:
+            pass
+        absent.append(line)
+    return absent
+
+
+def shared_install(session, name: str, requirements: list[str]) -> list[str]:
+    """A folder under ``.nox`` holding ``requirements`` (installed on first use), or none
+    when the invoking Python satisfies them all."""
+    if not requirements:
+        return []
+    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
+    folder = Path(session.virtualenv.location).parent / f"_{name}-{key}"
+    if not (folder / ".complete").exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        session.run("python", "-m", "pip", "install", "-q", "--target", str(folder), *requirements)
+        (folder / ".complete").touch()
+    return [str(folder)]
+
+
+def test_requirements() -> list[str]:
+    lines = (line.split("#")[0].strip() for line in TEST_REQUIREMENTS.read_text().splitlines())
+    return [line for line in lines if line]
 
 
 def see_invoking_python(session, triton: bool = False) -> None:
-    """Make the session see the invoking Python's packages (and Triton where asked)."""
+    """Make the session see the test tools, the invoking Python's packages and, where asked,
+    Triton."""
     torch_spec = importlib.util.find_spec("torch")
     if torch_spec is None:
         session.error(
@@ -86,8 +112,11 @@ def see_invoking_python(session, triton: bool = False) -> None:
     site_dir = session.run(
         "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True
     ).strip()
-    extra = triton_paths(session) if triton else []
-    Path(site_dir, PTH_NAME).write_text("".join(p + "\n" for p in invoking_python_paths() + extra))
+    folders = shared_install(session, "tools", missing(test_requirements()))
+    if triton and missing([TRITON]):
+        folders += shared_install(session, "triton", [TRITON_INSTALLED])
+    lines = folders + invoking_python_paths()
+    Path(site_dir, PTH_NAME).write_text("".join(line + "\n" for line in lines))
     seen = session.run(
         "python", "-c", "import importlib.util as u; print(u.find_spec('torch').origin)", silent=True
     ).strip()
@@ -96,11 +125,10 @@ def see_invoking_python(session, triton: bool = False) -> None:
 
 
 def install_all_editable(session):
-    session.install("-r", TEST_REQUIREMENTS)
-    args = []
+    args = ["--no-deps", "--no-build-isolation"]  # hatchling comes with the test tools
     for name in PACKAGES:
         args += ["-e", f"packages/flashinfer-{name}"]
-    session.install("--no-deps", *args)
+    session.install(*args)
 
 
 def run_tests(session, folder, triton=False):
@@ -137,7 +165,6 @@ def tests_integration(session):
 def packaging(session):
     """Build the wheels and sdists, install them in fresh environments, run the README's quick start."""
     see_invoking_python(session)
-    session.install("-r", TEST_REQUIREMENTS)
     session.run("python", "-m", "pytest", "tests/packaging", "-q", *session.posargs)
 
 

@@ -88,4 +88,4 @@ def test_quick_start_in_a_fresh_venv_from_a_clean_clone(tmp_path, host_site):
     tritons = list(nox_dir.glob("**/triton/__init__.py"))
     assert len(tritons) <= 1, f"Triton installed more than once: {tritons}"
     size = _folder_size(nox_dir)
-    assert size < 1 << 30, f".nox holds {size / 2**20:.0f} MiB"
+    assert size < 1.5 * 2**30, f".nox holds {size / 2**20:.0f} MiB"
