@@ -19,7 +19,6 @@ import importlib.util
 import os
 import shutil
 import sys
-import sysconfig
 from pathlib import Path
 
 import nox
@@ -53,15 +52,14 @@ def invoking_python_paths() -> list[str]:
     Leaves out the standard library (every session has its own) and this repository's own
     folders (its root, and the ``src`` folders an editable install of it adds).
     """
-    paths = sysconfig.get_paths()
-    stdlib = {os.path.realpath(paths[key]) for key in ("stdlib", "platstdlib")}
-    stdlib.add(os.path.join(os.path.realpath(paths["platstdlib"]), "lib-dynload"))
     packages = str(ROOT / "packages") + os.sep
     kept = []
     for entry in sys.path:
         real = os.path.realpath(entry or os.getcwd())
-        if not os.path.isdir(real) or real in stdlib or real == str(ROOT) or real.startswith(packages):
+        if not os.path.isdir(real) or real == str(ROOT) or real.startswith(packages):
             continue
+        if os.path.basename(real) == "lib-dynload" or os.path.isfile(os.path.join(real, "os.py")):
+            continue  # the standard library
         if real not in kept:
             kept.append(real)
     return kept
