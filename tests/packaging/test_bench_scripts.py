@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import ROOT
 
-SCRIPTS = ["bench_gemm.py", "bench_mla.py", "launch_overhead.py", "profile_decode.py"]
+SCRIPTS = ["bench_gemm.py", "bench_mla.py", "decode_tiers.py", "launch_overhead.py", "profile_decode.py"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU: the scripts would run")
