@@ -1,11 +1,28 @@
 """Test sessions: one per distribution, packaging, lint and the example.
 
-Sessions reuse the installed torch (virtualenv with system site packages) so nothing
-downloads torch per session; each session installs this repository's distributions into
-its own environment, editable.
+Every session sees the packages of the Python that runs nox, be it a virtual environment or
+the system's, so nothing downloads torch per session. A session is a plain virtual
+environment whose ``zz_invoking_python.pth`` lists that interpreter's package folders.
+``--system-site-packages`` cannot do this: it shows the *base* interpreter's packages, which
+lack torch when nox runs from a virtual environment.
+
+What a session needs beyond that, the invoking Python lacking it, is installed once under
+``.nox`` and listed in the same ``.pth`` file, ahead of the invoking Python's folders: the
+test tools of ``requirements-test.txt`` for every session, and Triton (about 640 MB) only
+for the sessions whose tests run Triton kernels. The sessions themselves hold only the
+editable installs of this repository.
 """
 
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
 import nox
+from packaging.requirements import Requirement  # a dependency of nox itself
 
 nox.options.sessions = [
     "tests-core",
@@ -19,56 +36,137 @@ nox.options.sessions = [
 nox.options.default_venv_backend = "virtualenv"
 nox.options.reuse_existing_virtualenvs = True
 
+ROOT = Path(__file__).resolve().parent
 PACKAGES = ["core", "gemm", "mla", "python"]
-TEST_REQUIREMENTS = "requirements-test.txt"
-SITE = ["--system-site-packages"]
+TEST_REQUIREMENTS = ROOT / "requirements-test.txt"
+# The distributions' `triton` extra (the tests also need 3.4+, FastLaunch's protocol), and
+# the version installed where the invoking Python has none: the H200's.
+TRITON = "triton>=3.6"
+TRITON_INSTALLED = "triton==3.6.0"
+PTH_NAME = "zz_invoking_python.pth"  # sorts after the editable installs' .pth files
+
+
+def invoking_python_paths() -> list[str]:
+    """The folders of installed packages on this interpreter's ``sys.path``.
+
+    Leaves out the standard library (every session has its own) and this repository's own
+    folders (its root, and the ``src`` folders an editable install of it adds).
+    """
+    packages = str(ROOT / "packages") + os.sep
+    kept = []
+    for entry in sys.path:
+        real = os.path.realpath(entry or os.getcwd())
+        if not os.path.isdir(real) or real == str(ROOT) or real.startswith(packages):
+            continue
+        if os.path.basename(real) == "lib-dynload" or os.path.isfile(os.path.join(real, "os.py")):
+            continue  # the standard library
+        if real not in kept:
+            kept.append(real)
+    return kept
+
+
+def missing(requirements: list[str]) -> list[str]:
+    """The requirements the invoking Python does not satisfy."""
+    absent = []
+    for line in requirements:
+        requirement = Requirement(line)
+        try:
+            if requirement.specifier.contains(importlib.metadata.version(requirement.name), prereleases=True):
+                continue
+        except importlib.metadata.PackageNotFoundError:
+            pass
+        absent.append(line)
+    return absent
+
+
+def shared_install(session, name: str, requirements: list[str]) -> list[str]:
+    """A folder under ``.nox`` holding ``requirements`` (installed on first use), or none
+    when the invoking Python satisfies them all."""
+    if not requirements:
+        return []
+    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
+    folder = Path(session.virtualenv.location).parent / f"_{name}-{key}"
+    if not (folder / ".complete").exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        session.run("python", "-m", "pip", "install", "-q", "--target", str(folder), *requirements)
+        (folder / ".complete").touch()
+    return [str(folder)]
+
+
+def test_requirements() -> list[str]:
+    lines = (line.split("#")[0].strip() for line in TEST_REQUIREMENTS.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def see_invoking_python(session, triton: bool = False) -> None:
+    """Make the session see the test tools, the invoking Python's packages and, where asked,
+    Triton."""
+    torch_spec = importlib.util.find_spec("torch")
+    if torch_spec is None:
+        session.error(
+            f"torch is not installed in the Python that runs nox ({sys.executable}); "
+            "install it there first: pip install torch==2.13.0 nox (see the README)"
+        )
+    site_dir = session.run(
+        "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True
+    ).strip()
+    folders = shared_install(session, "tools", missing(test_requirements()))
+    if triton and missing([TRITON]):
+        folders += shared_install(session, "triton", [TRITON_INSTALLED])
+    lines = folders + invoking_python_paths()
+    Path(site_dir, PTH_NAME).write_text("".join(line + "\n" for line in lines))
+    seen = session.run(
+        "python", "-c", "import importlib.util as u; print(u.find_spec('torch').origin)", silent=True
+    ).strip()
+    if os.path.realpath(seen) != os.path.realpath(torch_spec.origin):
+        session.error(f"the session sees torch at {seen}, not the invoking Python's {torch_spec.origin}")
 
 
 def install_all_editable(session):
-    session.install("-r", TEST_REQUIREMENTS)
-    args = []
+    args = ["--no-deps", "--no-build-isolation"]  # hatchling comes with the test tools
     for name in PACKAGES:
         args += ["-e", f"packages/flashinfer-{name}"]
-    session.install("--no-deps", *args)
+    session.install(*args)
 
 
-def run_tests(session, folder):
+def run_tests(session, folder, triton=False):
+    see_invoking_python(session, triton=triton)
     install_all_editable(session)
     session.run("python", "-m", "pytest", f"tests/{folder}", "-q", *session.posargs)
 
 
-@nox.session(name="tests-core", venv_params=SITE)
+@nox.session(name="tests-core")
 def tests_core(session):
     """flashinfer-core and the metapackage: utils, dispatch, MATE loading, show-config, surface."""
-    run_tests(session, "core")
+    run_tests(session, "core", triton=True)
 
 
-@nox.session(name="tests-gemm", venv_params=SITE)
+@nox.session(name="tests-gemm")
 def tests_gemm(session):
     """flashinfer-gemm: the five GEMM APIs, the MATE adapter, Triton kernels under the interpreter."""
-    run_tests(session, "gemm")
+    run_tests(session, "gemm", triton=True)
 
 
-@nox.session(name="tests-mla", venv_params=SITE)
+@nox.session(name="tests-mla")
 def tests_mla(session):
     """flashinfer-mla: RoPE + FP8 quantize, sparse and dense MLA decode, metadata, MATE adapter."""
-    run_tests(session, "mla")
+    run_tests(session, "mla", triton=True)
 
 
-@nox.session(name="tests-integration", venv_params=SITE)
+@nox.session(name="tests-integration")
 def tests_integration(session):
     """Cross-package checks: the caller patterns end to end, hardening, fuzzing."""
     run_tests(session, "integration")
 
 
-@nox.session(venv_params=SITE)
+@nox.session
 def packaging(session):
-    """Build the four wheels and install them in fresh environments in every combination."""
-    session.install("-r", TEST_REQUIREMENTS)
+    """Build the wheels and sdists, install them in fresh environments, run the README's quick start."""
+    see_invoking_python(session)
     session.run("python", "-m", "pytest", "tests/packaging", "-q", *session.posargs)
 
 
-@nox.session(venv_params=SITE)
+@nox.session
 def lint(session):
     """ruff: lint and format check."""
     session.install("ruff==0.17.6")
@@ -76,8 +174,9 @@ def lint(session):
     session.run("ruff", "format", "--check", ".")
 
 
-@nox.session(venv_params=SITE)
+@nox.session
 def example(session):
     """Run the end-to-end example (RoPE -> FP8 -> sparse decode) on the best device present."""
+    see_invoking_python(session)
     install_all_editable(session)
     session.run("python", "examples/fp8_mla_decode.py")

@@ -39,6 +39,7 @@ import traceback
 from pathlib import Path
 
 import torch
+from _requires import OUT, require_cuda_gpu
 
 HBM_BYTES_PER_S = 4.3e12
 L2_BYTES = 60 * 2**20
@@ -421,9 +422,23 @@ def markdown(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+def replot(paths: list[str], out_dir: Path) -> None:
+    """gemm.md and gemm.png from the rows of earlier runs, section by section."""
+    sections: dict[str, list] = {}
+    for path in paths:
+        rows = json.loads(Path(path).read_text())["rows"]
+        for section in dict.fromkeys(r["section"] for r in rows):
+            sections[section] = [r for r in rows if r["section"] == section]
+    rows = [r for sub in sections.values() for r in sub]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "gemm.md").write_text(markdown(rows))
+    plot(rows, out_dir / "gemm.png")
+    print(f"wrote {out_dir / 'gemm.md'} and {out_dir / 'gemm.png'}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
+    parser.add_argument("--out", default=os.environ.get("OUT", str(OUT)))
     parser.add_argument(
         "--sections", default="mla,grouped,groupwise,bmm_fp8,bf16,reference", help="comma-separated subset"
     )
@@ -432,7 +447,18 @@ def main():
         action="store_true",
         help="time the importable flashinfer as upstream (sections mla, bmm_fp8): an in-run anchor",
     )
+    parser.add_argument(
+        "--replot",
+        nargs="+",
+        metavar="JSON",
+        help="no GPU needed: redraw gemm.png and gemm.md from earlier runs' JSON files "
+        "(a later file's sections replace an earlier file's)",
+    )
     args = parser.parse_args()
+    if args.replot:
+        replot(args.replot, Path(args.out))
+        return
+    require_cuda_gpu("bench_gemm.py")
     import flashinfer
     import flashinfer.gemm as fg
 

@@ -37,8 +37,11 @@ import os
 import time
 
 import torch
-import triton
-from triton.testing import do_bench
+from _requires import OUT, require_cuda_gpu
+
+require_cuda_gpu("bench_mla.py")  # before Triton is imported
+import triton  # noqa: E402
+from triton.testing import do_bench  # noqa: E402
 
 TOPK = 2048
 SLOTS_PER_REQUEST = 32768
@@ -174,7 +177,8 @@ def bench_decode(copy_bw, rows, reference_shapes, targets_only):
 
 # DecodeConfig fields (block_h, block_n, num_warps, num_stages, upcast_qk) tried per (dtype, more
 # than 32 heads); the first is the planner's. Variants measured slower and since removed from the
-# kernel (keys-major scores, FP8 PV, query reload, register caps) are in benchmarks/RESULTS.md.
+# kernel (keys-major scores, FP8 PV, query reload, register caps) are in the raw tuning runs,
+# benchmarks/results/tune_mla_h200_round{1,2,3}.json.
 TUNE_TILES = {
     ("fp8", True): [(64, 64, 8, 2, 0), (64, 64, 8, 3, 0), (64, 32, 8, 3, 0), (32, 32, 4, 3, 1)],
     ("bf16", True): [(64, 64, 8, 3, 0), (64, 64, 8, 2, 0), (64, 32, 8, 3, 0), (32, 32, 4, 3, 0)],
@@ -423,7 +427,7 @@ def markdown(meta, rows) -> str:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/out"))
+    parser.add_argument("--out", default=os.environ.get("OUT", str(OUT)))
     parser.add_argument("--tune", action="store_true", help="time candidate decode tile configs")
     parser.add_argument("--skip-decode", action="store_true")
     parser.add_argument("--skip-rope", action="store_true")

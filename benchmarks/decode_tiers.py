@@ -22,6 +22,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _requires import OUT, require_cuda_gpu  # noqa: E402
+
+require_cuda_gpu("decode_tiers.py")  # before bench_mla imports Triton
 import bench_mla  # noqa: E402
 
 SHAPES = [  # (dtype, batch, heads, q_len)
@@ -78,7 +81,7 @@ def ablate(rows):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/out"))
+    parser.add_argument("--out", default=os.environ.get("OUT", str(OUT)))
     parser.add_argument("--variants", action="store_true", help="also time other Gluon tiles")
     parser.add_argument("--tiers", default="gluon,tl")
     parser.add_argument("--ablate", action="store_true", help="time the Gluon kernel without copies / math")

@@ -25,6 +25,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+from _requires import OUT, require_cuda_gpu  # noqa: E402
+
+require_cuda_gpu("launch_overhead.py")  # before bench_mla imports Triton
 import bench_mla  # noqa: E402  (the sglang RoPE call and the sparse decode inputs)
 from bench_mla import eager_wall_us, jit_launch, rope_case, run_sparse, sparse_case  # noqa: E402
 
@@ -43,7 +46,7 @@ def profile(fn, calls=1000, top=12) -> str:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/out"))
+    parser.add_argument("--out", default=os.environ.get("OUT", str(OUT)))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
 

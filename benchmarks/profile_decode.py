@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import argparse
 
-import bench_mla
 import torch
+from _requires import require_cuda_gpu
 
-from flashinfer.mla import _cuda
+require_cuda_gpu("profile_decode.py")  # before bench_mla imports Triton
+import bench_mla  # noqa: E402
+
+from flashinfer.mla import _cuda  # noqa: E402
 
 
 def main():

@@ -1,4 +1,4 @@
-"""Fixtures for the packaging tests: the four wheels, built once, and fresh environments.
+"""Fixtures for the packaging tests: the four sdists and wheels, built once, and fresh environments.
 
 A fresh environment is a plain ``venv`` (no system site packages) whose ``.pth`` file adds
 one folder of symbolic links to what the running interpreter has installed (torch, the
@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import sysconfig
 import venv
 from pathlib import Path
 
@@ -27,6 +26,9 @@ DISTRIBUTIONS = {
     "flashinfer-python": ROOT / "packages" / "flashinfer-python",
 }
 VERSION = "0.6.17+musa"
+
+# test_readme.py runs `python -m nox` in a clone, whose packaging session would run it again.
+collect_ignore = ["test_readme.py"] if os.environ.get("FLASHINFER_IN_README_TEST") else []
 
 
 def run(cmd, **kwargs) -> subprocess.CompletedProcess:
@@ -45,17 +47,34 @@ def check(cmd, **kwargs) -> str:
 
 
 @pytest.fixture(scope="session")
-def wheels(tmp_path_factory) -> dict[str, Path]:
-    """Build the four wheels (no build isolation: hatchling comes from this environment)."""
+def built(tmp_path_factory) -> Path:
+    """Build each distribution's sdist, then its wheel from that sdist (no build isolation:
+    hatchling comes from this environment), into one folder."""
     out = tmp_path_factory.mktemp("dist")
     for path in DISTRIBUTIONS.values():
-        check([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(path)])
+        check([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(path)])
+    return out
+
+
+def _one_per_distribution(folder: Path, suffix: str) -> dict[str, Path]:
     found = {}
     for name in DISTRIBUTIONS:
-        matches = list(out.glob(name.replace("-", "_") + "-*.whl"))
-        assert len(matches) == 1, f"expected one wheel for {name}, found {matches}"
+        matches = list(folder.glob(name.replace("-", "_") + "-*" + suffix))
+        assert len(matches) == 1, f"expected one {suffix} for {name}, found {matches}"
         found[name] = matches[0]
     return found
+
+
+@pytest.fixture(scope="session")
+def wheels(built) -> dict[str, Path]:
+    """The four wheels, each built from its sdist."""
+    return _one_per_distribution(built, ".whl")
+
+
+@pytest.fixture(scope="session")
+def sdists(built) -> dict[str, Path]:
+    """The four source distributions."""
+    return _one_per_distribution(built, ".tar.gz")
 
 
 class Env:
@@ -93,12 +112,24 @@ def _is_ours(name: str) -> bool:
     return "flashinfer" in name.lower()
 
 
+def package_folders() -> list[Path]:
+    """The folders of installed packages this interpreter sees: every ``sys.path`` folder
+    holding distribution metadata (a nox session also sees the invoking Python's, through a
+    ``.pth`` file; see noxfile.py)."""
+    folders = []
+    for entry in sys.path:
+        path = Path(os.path.abspath(entry or "."))
+        if path.is_dir() and path not in folders and any(path.glob("*.dist-info")):
+            folders.append(path)
+    assert Path(os.path.abspath(torch.__file__)).parents[1] in folders, (torch.__file__, folders)
+    return folders
+
+
 @pytest.fixture(scope="session")
 def host_site(tmp_path_factory) -> Path:
-    """Links to the site-packages entries of this interpreter, minus this repository."""
+    """Links to the installed packages this interpreter sees, minus this repository's."""
     site = tmp_path_factory.mktemp("host-site")
-    sources = {Path(torch.__file__).resolve().parents[1], Path(sysconfig.get_paths()["purelib"])}
-    for source in sources:
+    for source in package_folders():
         for entry in source.iterdir():
             target = site / entry.name
             if not _is_ours(entry.name) and not entry.name.endswith(".pth") and not target.exists():
