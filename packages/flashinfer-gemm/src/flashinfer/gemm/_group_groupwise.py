@@ -6,11 +6,12 @@ import torch
 
 from flashinfer._core.backends import gated
 from flashinfer._core.checks import fail
+from flashinfer.utils import ceil_div
 
 from ._backends import GROUP_GEMM_FP8_NT_GROUPWISE
 from ._dispatch import DISPATCH
 from ._segments import row_block_scales, rows_in_segments
-from ._validate import FP8, ceil_div, check_out_overlap, check_same_device, check_tensor
+from ._validate import FP8, check_out_overlap, check_same_device, check_tensor
 
 _OUT_16BIT = (torch.bfloat16, torch.float16)
 _GRANULARITIES = ((1, 128, 128), (128, 128, 128))

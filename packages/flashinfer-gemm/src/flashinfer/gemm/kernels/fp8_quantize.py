@@ -21,9 +21,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..._core.triton_launch import FastLaunch, cdiv
+from ..._core.constants import E4M3_MAX as _E4M3_MAX
+from ..._core.triton_launch import FastLaunch
+from ...utils import ceil_div
 
-E4M3_MAX = tl.constexpr(448.0)
+E4M3_MAX = tl.constexpr(_E4M3_MAX)
 SCALE_COLS = 128
 ACTIVATION_TILE_ROWS = 16
 
@@ -57,7 +59,7 @@ def fp8_quantize_kernel(
     amax = tl.max(tl.abs(x), axis=1)
     if BLOCK_ROWS != 1:
         amax = tl.zeros_like(amax) + tl.max(amax, axis=0)
-    multiplier = tl.where(amax != 0.0, tl.math.div_rn(tl.full(amax.shape, 448.0, tl.float32), amax), 1.0)
+    multiplier = tl.where(amax != 0.0, tl.math.div_rn(tl.full(amax.shape, E4M3_MAX, tl.float32), amax), 1.0)
     quantized = tl.clamp(x * multiplier[:, None], -E4M3_MAX, E4M3_MAX)
     tl.store(
         out_ptr + rows64[:, None] * stride_om + offs_c[None, :],
@@ -90,7 +92,7 @@ def quantize_blocks(x, block_rows, out, scale) -> None:
     """
     rows, cols = x.shape
     tile_rows = ACTIVATION_TILE_ROWS if block_rows == 1 else block_rows
-    grid = (cdiv(rows, tile_rows), cols // SCALE_COLS)
+    grid = (ceil_div(rows, tile_rows), cols // SCALE_COLS)
     _LAUNCH.launch(
         grid,
         x, out, scale, rows, x.stride(0), out.stride(0), scale.stride(0), scale.stride(1),
