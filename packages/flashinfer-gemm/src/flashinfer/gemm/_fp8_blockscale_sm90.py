@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from flashinfer._core.checks import fail
+from flashinfer.utils import ceil_div
 
 from ._dispatch import DISPATCH
 from ._validate import check_out_overlap, check_same_device, check_tensor, out_overlaps
@@ -94,7 +95,7 @@ def _check_scales(input, weight, input_scale, weight_scale, M, N, K):
         if weight_scale is None:
             raise ValueError("weight_scale is required when weight is FP8. ")
         check_tensor(weight_scale, "weight_scale")
-        per_token, per_block = (N, kb), ((N + _BLOCK - 1) // _BLOCK, kb)
+        per_token, per_block = (N, kb), (ceil_div(N, _BLOCK), kb)
         if weight_scale.shape != per_token and weight_scale.shape != per_block:
             raise ValueError(
                 f"weight_scale shape mismatch. Expected either {per_token} "
@@ -241,7 +242,7 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
         a = input
     if weight.dtype == _BF16:
         b = torch.empty((N, K), dtype=_E4M3, device=device)
-        weight_scale = torch.empty((-(-N // _BLOCK), k_blocks), dtype=torch.float32, device=device)
+        weight_scale = torch.empty((ceil_div(N, _BLOCK), k_blocks), dtype=torch.float32, device=device)
         impl.quantize_fp8_blocks(weight, _BLOCK, b, weight_scale)
     else:
         b = weight

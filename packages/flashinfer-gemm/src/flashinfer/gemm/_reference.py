@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from flashinfer._core.constants import E4M3_MAX, OUTPUT_SCALE_BLOCK, OUTPUT_SCALE_FLOOR
+from flashinfer.utils import ceil_div
 
 from ._segments import row_groups
 
@@ -104,7 +105,7 @@ def quantize_fp8_blocks(x, block_rows, out, scale) -> None:
     448))`` and ``scale = 1 / q``, each step rounded in float32 as upstream's SM90 kernels do.
     """
     rows, cols = x.shape
-    row_blocks = -(-rows // block_rows)
+    row_blocks = ceil_div(rows, block_rows)
     values = x.float()
     padded = torch.nn.functional.pad(values, (0, 0, 0, row_blocks * block_rows - rows))
     amax = (
