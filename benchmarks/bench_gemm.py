@@ -12,9 +12,16 @@ Sections (DeepSeek-V3 shapes):
 - ``mla``: the MLA absorb products, 128 heads x {64, 128, 256, 512} tokens, 128 -> 512 and
   512 -> 128, column-major weights: ``bmm_fp8`` and ``bmm_bf16`` against ``torch.bmm`` in bf16.
 - ``bf16``: ``bmm_bf16`` on square shapes (bf16 and fp32 output) against ``torch.bmm``.
-- ``grouped``: ``group_deepgemm_fp8_nt_groupwise`` (4-32 groups, 256-8192 rows per group) and
+- ``grouped``: ``group_deepgemm_fp8_nt_groupwise`` (4-32 groups, 256-8192 rows per group),
+  ``group_gemm_fp8_nt_groupwise`` (the same rows as ``m_indptr`` segments) and
   ``batch_deepgemm_fp8_nt_groupwise`` against the dense blockwise ``torch._scaled_mm`` with the
   same total rows (equal FLOPs).
+- ``blockscale``: ``fp8_blockscale_gemm_sm90`` (vLLM's DeepSeek linear layers) for m in
+  {1, 8, 16, 32, 64, 128, 512, 4096} x the four DeepSeek-V3 (n, k) of issue 18, with BF16 input
+  (quantized inside) and with FP8 input (W8A8), FP8 weights with 128x128 scales; anchor
+  ``torch._scaled_mm`` blockwise on operands already quantized (the GEMM alone). With
+  ``--upstream`` the same rows time upstream's own ``fp8_blockscale_gemm_sm90``;
+  ``--compare gemm_upstream.json`` then prints ours against it per shape.
 - ``reference``: the float32 reference implementation on a few small shapes.
 
 Timing: ``triton.testing.do_bench_cudagraph`` (CUDA events around graph replays, median): GPU
@@ -25,6 +32,8 @@ per row is ``max(bytes / 4.3 TB/s, flops / peak)`` with the H200 peaks measured 
 (790 TFLOP/s BF16, 1270 TFLOP/s FP8 dense). Writes ``gemm.json`` and ``gemm.png`` to ``--out``.
 
 Run: ``PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-gemm/src python benchmarks/bench_gemm.py --out DIR``
+(upstream: ``PYTHONPATH=UPSTREAM_DIR python benchmarks/bench_gemm.py --upstream --sections blockscale
+--out DIR``, then ours with ``--sections blockscale --compare DIR/gemm_upstream.json``).
 """
 
 from __future__ import annotations
@@ -47,6 +56,8 @@ PEAK_FLOPS = {"bf16": 790e12, "fp8": 1270e12}
 E4M3 = torch.float8_e4m3fn
 DEEPSEEK_NK = [(7168, 2048), (2112, 7168), (24576, 1536), (4096, 7168), (7168, 16384)]
 DEEPSEEK_M = [1, 16, 64, 128, 512, 4096]
+BLOCKSCALE_NK = [(7168, 2048), (2112, 7168), (24576, 1536), (4096, 7168)]
+BLOCKSCALE_M = [1, 8, 16, 32, 64, 128, 512, 4096]
 
 
 def bench(fn, input_sets) -> float:
@@ -293,9 +304,10 @@ def grouped_section(table, fg, impls):
                 sa, sb = cublas_block_scales(a_scale, b_scale[0])
                 out = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
                 m_indices = torch.arange(groups, device="cuda", dtype=torch.int32).repeat_interleave(rows)
+                m_indptr = torch.arange(groups + 1, device="cuda", dtype=torch.int32) * rows
                 masked_m = torch.full((groups,), rows, device="cuda", dtype=torch.int32)
                 return dict(a=a, b=b, a_scale=a_scale, b_scale=b_scale, sa=sa, sb=sb, out=out, m_indices=m_indices,
-                            masked_m=masked_m)  # fmt: skip
+                            m_indptr=m_indptr, masked_m=masked_m)  # fmt: skip
 
             flops = 2 * total * n * k
             moved = total * k + groups * n * k + 2 * total * n
@@ -312,6 +324,17 @@ def grouped_section(table, fg, impls):
                     d["a"], d["b"], d["a_scale"], d["b_scale"], d["m_indices"], out=d["out"]
                 )
 
+            def segments_fn(d):
+                fg.group_gemm_fp8_nt_groupwise(
+                    d["a"],
+                    d["b"],
+                    d["a_scale"],
+                    d["b_scale"],
+                    d["m_indptr"],
+                    scale_major_mode="K",
+                    out=d["out"],
+                )
+
             def masked_fn(d, groups=groups, rows=rows, n=n):
                 fg.batch_deepgemm_fp8_nt_groupwise(
                     d["a"].view(groups, rows, -1), d["b"], d["a_scale"].view(groups, rows, -1), d["b_scale"],
@@ -323,6 +346,8 @@ def grouped_section(table, fg, impls):
             table.add("grouped", shape, "dense blockwise _scaled_mm", anchor, flops, dense_moved, "fp8")
             table.add("grouped", shape, f"ours contiguous ({impls})", bench(contiguous_fn, sets), flops, moved, "fp8",
                       anchor)  # fmt: skip
+            table.add("grouped", shape, f"ours group_gemm m_indptr ({impls})", bench(segments_fn, sets), flops, moved,
+                      "fp8", anchor)  # fmt: skip
             table.add(
                 "grouped",
                 shape,
@@ -333,6 +358,71 @@ def grouped_section(table, fg, impls):
                 "fp8",
                 anchor,
             )
+
+
+def blockscale_section(table, fg, impls, who="ours"):
+    """``fp8_blockscale_gemm_sm90`` as vLLM calls it (BF16 input) and W8A8 (FP8 input)."""
+    for n, k in BLOCKSCALE_NK:
+        for m in BLOCKSCALE_M:
+
+            def make(m=m, n=n, k=k):
+                kb = k // 128
+                x16 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                x, w = fp8(m, k), fp8(n, k)
+                x_scale = torch.rand(m, kb, device="cuda") + 0.5
+                w_scale = torch.rand(ceil_div(n, 128), kb, device="cuda") + 0.5
+                # upstream's W8A8 input scale: MN-major (k/128, m) with rows padded to 4 (its test)
+                padded = torch.empty(kb, ceil_div(m, 4) * 4, device="cuda")
+                padded[:, :m] = x_scale.t()
+                sa, sb = cublas_block_scales(x_scale, w_scale)
+                out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+                return dict(x16=x16, x=x, w=w, x_scale=padded[:, :m], w_scale=w_scale, sa=sa, sb=sb, out=out)
+
+            flops = 2 * m * n * k
+            moved, moved16 = m * k + n * k + 2 * m * n, 2 * m * k + n * k + 2 * m * n
+            sets = rotating(make, m * k + n * k)
+            shape = f"m={m} n={n} k={k}"
+
+            def anchor_fn(d):
+                torch._scaled_mm(d["x"], d["w"].t(), d["sa"], d["sb"], out_dtype=torch.bfloat16, out=d["out"])
+
+            def bf16_input_fn(d):
+                fg.fp8_blockscale_gemm_sm90(d["x16"], d["w"], None, d["w_scale"], out=d["out"])
+
+            def fp8_input_fn(d):
+                fg.fp8_blockscale_gemm_sm90(d["x"], d["w"], d["x_scale"], d["w_scale"], out=d["out"])
+
+            anchor = None
+            if who == "ours" and m % 4 == 0:  # cuBLASLt's block scaling needs m % 4 == 0 (see _cuda)
+                anchor = bench(anchor_fn, sets)
+                table.add("blockscale", shape, "torch._scaled_mm blockwise", anchor, flops, moved, "fp8")
+            table.add("blockscale", shape, f"{who} bf16 input ({impls})", bench(bf16_input_fn, sets), flops,
+                      moved16, "fp8", anchor)  # fmt: skip
+            table.add("blockscale", shape, f"{who} fp8 input ({impls})", bench(fp8_input_fn, sets), flops, moved,
+                      "fp8", anchor)  # fmt: skip
+
+
+def compare(rows, upstream_rows) -> str:
+    """Ours against upstream's rows of the same section, shape and call (``upstream_ms / ours_ms``)."""
+
+    def key(row, who):
+        return row["section"], row["shape"], row["impl"].split(" (")[0].replace(who, "", 1).strip()
+
+    theirs = {key(r, "upstream"): r["ms"] for r in upstream_rows if r["impl"].startswith("upstream")}
+    lines = [
+        "| section | shape | call | ours us | upstream us | upstream / ours |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        if not row["impl"].startswith("ours"):
+            continue
+        k = key(row, "ours")
+        if k in theirs:
+            lines.append(
+                f"| {k[0]} | {k[1]} | {k[2]} | {row['ms'] * 1e3:.1f} | {theirs[k] * 1e3:.1f} | "
+                f"{theirs[k] / row['ms']:.2f}x |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def autotune_choices():
@@ -381,7 +471,9 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
 
     sections = [
-        s for s in ("groupwise", "bmm_fp8", "mla", "bf16", "grouped") if any(r["section"] == s for r in rows)
+        s
+        for s in ("groupwise", "bmm_fp8", "mla", "bf16", "grouped", "blockscale")
+        if any(r["section"] == s for r in rows)
     ]
     fig, axes = plt.subplots(len(sections), 1, figsize=(16, 4.5 * len(sections)))
     for ax, section in zip(axes if len(sections) > 1 else [axes], sections):
@@ -440,12 +532,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", str(OUT)))
     parser.add_argument(
-        "--sections", default="mla,grouped,groupwise,bmm_fp8,bf16,reference", help="comma-separated subset"
+        "--sections",
+        default="mla,grouped,groupwise,bmm_fp8,blockscale,bf16,reference",
+        help="comma-separated subset",
     )
     parser.add_argument(
         "--upstream",
         action="store_true",
-        help="time the importable flashinfer as upstream (sections mla, bmm_fp8): an in-run anchor",
+        help="time the importable flashinfer as upstream (sections mla, bmm_fp8, blockscale): an in-run anchor",
+    )
+    parser.add_argument(
+        "--compare", metavar="UPSTREAM_JSON", help="print ours against an --upstream run's gemm_upstream.json"
     )
     parser.add_argument(
         "--replot",
@@ -477,6 +574,7 @@ def main():
         "mla": mla_section,
         "bf16": bf16_section,
         "grouped": grouped_section,
+        "blockscale": blockscale_section,
     }
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -505,6 +603,10 @@ def main():
         (out_dir / name).write_text(json.dumps({"meta": meta, "rows": table.rows}, indent=1))
     (out_dir / "gemm.md").write_text(markdown(table.rows))
     plot(table.rows, out_dir / "gemm.png")
+    if args.compare:
+        versus = compare(table.rows, json.loads(Path(args.compare).read_text())["rows"])
+        print(versus)
+        (out_dir / "gemm_vs_upstream.md").write_text(versus)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,14 @@ def cases():
     a3, sa3 = torch.randn(1, 16, 128).to(E4M3), torch.ones(1, 16, 1)
     masked = torch.tensor([8], dtype=torch.int32)
     o3 = torch.empty(1, 16, 128, dtype=BF16)
+    indptr = torch.tensor([0, 16], dtype=torch.int32)
+    x16, w8, ws = torch.randn(16, 128).to(BF16), torch.randn(128, 128).to(E4M3), torch.ones(1, 1)
+    x8, xs = torch.empty(16, 128, dtype=E4M3), torch.empty(1, 16).t()
+
+    def blockscale_direct():  # what the API calls: quantize the input, then the groupwise GEMM
+        ref.quantize_fp8_blocks(x16, 1, x8, xs)
+        ref.gemm_groupwise(x8, w8, xs, ws, 1, 128, 128, o2)
+
     return [
         ("bmm_bf16", "out=", lambda: G.bmm_bf16(A16, B16, o16), lambda: ref.bmm(A16, B16, o16)),
         ("bmm_bf16", "allocates out", lambda: G.bmm_bf16(A16, B16), lambda: ref.bmm(A16, B16, o16)),
@@ -94,6 +102,18 @@ def cases():
             "out=",
             lambda: G.batch_deepgemm_fp8_nt_groupwise(a3, bg, sa3, sbg, masked, 8, out=o3),
             lambda: ref.group_gemm_masked(a3, bg, sa3, sbg, masked, 8, o3),
+        ),
+        (
+            "group_gemm_fp8_nt_groupwise",
+            "K, out=",
+            lambda: G.group_gemm_fp8_nt_groupwise(a, bg, sa, sbg, indptr, scale_major_mode="K", out=o2),
+            lambda: ref.group_gemm_segments(a, bg, sa, sbg, indptr, o2),
+        ),
+        (
+            "fp8_blockscale_gemm_sm90",
+            "BF16 input, out= (vLLM)",
+            lambda: G.fp8_blockscale_gemm_sm90(x16, w8, None, ws, out=o2),
+            blockscale_direct,
         ),
         *mla_cases(),
     ]
@@ -182,7 +202,17 @@ def _noop(*args):
 
 
 IMPLEMENTATION_FUNCTIONS = [
-    (ref, ("bmm", "gemm_groupwise", "group_gemm_contiguous", "group_gemm_masked")),
+    (
+        ref,
+        (
+            "bmm",
+            "gemm_groupwise",
+            "group_gemm_contiguous",
+            "group_gemm_masked",
+            "group_gemm_segments",
+            "quantize_fp8_blocks",
+        ),
+    ),
     (mla_ref, ("rope_quantize", "sparse_decode", "decode_plan")),
 ]
 

@@ -165,8 +165,11 @@ def test_public_surface():
         "batch_deepgemm_fp8_nt_groupwise",
         "bmm_bf16",
         "bmm_fp8",
+        "fp8_blockscale_gemm_sm90",
+        "gemm_fp8_nt_blockscaled",
         "gemm_fp8_nt_groupwise",
         "group_deepgemm_fp8_nt_groupwise",
+        "group_gemm_fp8_nt_groupwise",
         "is_cuda_tile_available",
     ]
     assert G.is_cuda_tile_available() is False

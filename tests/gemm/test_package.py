@@ -9,10 +9,14 @@ import sys
 
 import pytest
 
-from flashinfer.gemm import _bmm, _grouped, _groupwise
+from flashinfer.gemm import _blockscaled, _bmm, _fp8_blockscale_sm90, _group_groupwise, _grouped, _groupwise
 
 
-@pytest.mark.parametrize("module", [_bmm, _groupwise, _grouped], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "module",
+    [_bmm, _groupwise, _grouped, _blockscaled, _group_groupwise, _fp8_blockscale_sm90],
+    ids=lambda m: m.__name__,
+)
 def test_docstring_examples_run_on_cpu(module):
     results = doctest.testmod(module, raise_on_error=False)
     assert results.attempted > 0 and results.failed == 0

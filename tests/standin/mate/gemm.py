@@ -234,9 +234,12 @@ def ragged_m_moe_gemm_8bit(
         scale_granularity_mnk=scale_granularity_mnk, num_mp=num_mp, alignment_m=alignment_m, backend=backend,
     )  # fmt: skip
     _require(backend in ("auto", "mubin", "mutlass"), "backend must be one of ['auto', 'mubin', 'mutlass']")
-    _require(gemm_mode == "per_token", "the stand-in models gemm_mode='per_token' only", NotImplementedError)
+    _require(gemm_mode in ("per_token", "per_expert"), "Not supported gemm mode", AssertionError)
     _require(alignment_m in (None, 128, 256), "alignment_m must be 128 or 256")
     _check_granularity(scale_granularity_mnk)
+    if gemm_mode == "per_expert":
+        _ragged_per_expert(input_a, input_b, ragged_tokens_info, out, major_a_mode, major_b_mode)
+        return out
     ids = ragged_tokens_info
     _require(
         ids.dtype == torch.int32 and ids.is_contiguous() and ids.dim() == 1,
@@ -259,6 +262,31 @@ def ragged_m_moe_gemm_8bit(
             f"group {g} is not one aligned segment",
         )
         result[rows[0] : rows[-1] + 1] = a_deq[rows[0] : rows[-1] + 1] @ b_deq[g].t()
+    out.copy_(result)
+
+
+def _ragged_per_expert(input_a, input_b, counts, out, major_a_mode, major_b_mode) -> None:
+    """``gemm_mode="per_expert"``: ``counts[e]`` rows per expert, packed back to back from row 0."""
+    _require(major_a_mode == "K", "m_grouped_contig_gemm_8bit_mubin only supports K-major A")
+    _require(major_b_mode == "K", "the stand-in models K-major B only", NotImplementedError)
+    _require(
+        counts.dtype == torch.int32 and counts.is_contiguous() and counts.dim() == 1,
+        "ragged_tokens_info int32 contiguous",
+        RuntimeError,
+    )
+    a_deq, b_deq = _grouped_operands(input_a, input_b, out, k_major_a_scale_only=True)
+    _require(counts.shape[0] == b_deq.shape[0], "one token count per expert", RuntimeError)
+    host_counts = counts.tolist()
+    _require(
+        min(host_counts, default=0) >= 0 and sum(host_counts) <= a_deq.shape[0],
+        "token counts outside [0, m]: the kernel would read a out of bounds",
+        IndexError,
+    )
+    result = torch.full(out.shape, UNSPECIFIED, dtype=torch.float64, device=out.device)
+    start = 0
+    for e, count in enumerate(host_counts):
+        result[start : start + count] = a_deq[start : start + count] @ b_deq[e].t()
+        start += count
     out.copy_(result)
 
 

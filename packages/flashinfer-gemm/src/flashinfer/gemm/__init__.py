@@ -1,9 +1,11 @@
 """FlashInfer v0.6.17's GEMM APIs on MUSA (through MATE) and on every other PyTorch device.
 
 ``bmm_bf16`` and ``bmm_fp8`` (batched 16-bit and FP8 GEMMs), ``gemm_fp8_nt_groupwise``
-(groupwise-scaled FP8 NT GEMM) and the DeepGEMM-style grouped FP8 GEMMs
-``group_deepgemm_fp8_nt_groupwise`` (contiguous) and ``batch_deepgemm_fp8_nt_groupwise``
-(masked). The implementation is chosen by the tensors' device: MATE on MUSA, the NVIDIA path on
+(groupwise-scaled FP8 NT GEMM) and its block-scaled form ``gemm_fp8_nt_blockscaled``,
+``fp8_blockscale_gemm_sm90`` (block-scaled FP8 GEMM that quantizes 16-bit operands itself), the
+grouped GEMM over row segments ``group_gemm_fp8_nt_groupwise``, and the DeepGEMM-style grouped
+FP8 GEMMs ``group_deepgemm_fp8_nt_groupwise`` (contiguous) and
+``batch_deepgemm_fp8_nt_groupwise`` (masked). The implementation is chosen by the tensors' device: MATE on MUSA, the NVIDIA path on
 CUDA, the float32 PyTorch reference elsewhere. Importing this package imports neither MATE nor
 Triton.
 """
@@ -12,8 +14,11 @@ from .gemm_base import (
     batch_deepgemm_fp8_nt_groupwise,
     bmm_bf16,
     bmm_fp8,
+    fp8_blockscale_gemm_sm90,
+    gemm_fp8_nt_blockscaled,
     gemm_fp8_nt_groupwise,
     group_deepgemm_fp8_nt_groupwise,
+    group_gemm_fp8_nt_groupwise,
 )
 
 
@@ -26,7 +31,10 @@ __all__ = [
     "batch_deepgemm_fp8_nt_groupwise",
     "bmm_bf16",
     "bmm_fp8",
+    "fp8_blockscale_gemm_sm90",
+    "gemm_fp8_nt_blockscaled",
     "gemm_fp8_nt_groupwise",
     "group_deepgemm_fp8_nt_groupwise",
+    "group_gemm_fp8_nt_groupwise",
     "is_cuda_tile_available",
 ]

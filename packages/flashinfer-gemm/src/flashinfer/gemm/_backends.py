@@ -41,6 +41,17 @@ GEMM_FP8_NT_GROUPWISE = BackendTable(
     },
 )
 
+GEMM_FP8_NT_BLOCKSCALED = BackendTable(function="gemm_fp8_nt_blockscaled")
+
+GROUP_GEMM_FP8_NT_GROUPWISE = BackendTable(
+    function="group_gemm_fp8_nt_groupwise",
+    upstream=("trtllm", "cutile"),
+    mate=("auto", "mubin"),
+    notes={
+        "cutile": "K-major scales, 1-row A blocks (NotImplementedError otherwise, as upstream's cuTile kernel)"
+    },
+)
+
 GROUP_DEEPGEMM_FP8_NT_GROUPWISE = BackendTable(function="group_deepgemm_fp8_nt_groupwise")
 
 BATCH_DEEPGEMM_FP8_NT_GROUPWISE = BackendTable(function="batch_deepgemm_fp8_nt_groupwise")
@@ -51,6 +62,8 @@ TABLES = {
         BMM_BF16,
         BMM_FP8,
         GEMM_FP8_NT_GROUPWISE,
+        GEMM_FP8_NT_BLOCKSCALED,
+        GROUP_GEMM_FP8_NT_GROUPWISE,
         GROUP_DEEPGEMM_FP8_NT_GROUPWISE,
         BATCH_DEEPGEMM_FP8_NT_GROUPWISE,
     )

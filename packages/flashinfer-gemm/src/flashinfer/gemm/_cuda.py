@@ -253,3 +253,55 @@ def group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out) -> None
     from flashinfer.gemm.kernels import fp8_blockwise
 
     fp8_blockwise.group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out)
+
+
+def group_gemm_segments(a, b, a_scale, b_scale, m_indptr, out) -> None:
+    """Grouped FP8 GEMM over row segments: rows ``[m_indptr[g], m_indptr[g + 1])`` use group ``g``.
+
+    Parameters
+    ----------
+    a : torch.Tensor
+        ``[m, k]`` float8 (e4m3 or e5m2), ``stride(-1) == 1``.
+    b : torch.Tensor
+        ``[G, n, k]`` float8, ``stride(-1) == 1``.
+    a_scale : torch.Tensor
+        float32 logical view ``[m, ceil(k / 128)]`` (one scale per row), any strides.
+    b_scale : torch.Tensor
+        float32 logical view ``[G, ceil(n / 128), ceil(k / 128)]``, any strides.
+    m_indptr : torch.Tensor
+        ``[G + 1]`` int32 row offsets (made safe by ``flashinfer.gemm._segments``).
+    out : torch.Tensor
+        ``[m, n]`` bf16/fp16, any strides; rows outside every segment are left untouched.
+    """
+    from ._segments import row_groups
+
+    m_indices = row_groups(m_indptr, a.shape[0])
+    if not _has_fp8_mma(a.device):
+        _reference().group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
+        return
+    from flashinfer.gemm.kernels import fp8_blockwise
+
+    fp8_blockwise.group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
+
+
+def quantize_fp8_blocks(x, block_rows, out, scale) -> None:
+    """FP8 E4M3 quantization per ``block_rows x 128`` block (``block_rows`` is 1 or 128).
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        ``[rows, cols]`` bf16/fp16, ``stride(-1) == 1``, ``cols % 128 == 0``.
+    block_rows : int
+        1 (per-row 1x128 blocks, activations) or 128 (128x128 blocks, weights).
+    out : torch.Tensor
+        ``[rows, cols]`` float8_e4m3fn, ``stride(-1) == 1``.
+    scale : torch.Tensor
+        float32 logical view ``[ceil(rows / block_rows), cols / 128]``, any strides: written with
+        the dequantization scales ``amax / 448`` (as ``1 / (448 / amax)`` in float32).
+    """
+    if not _has_fp8_mma(x.device):
+        _reference().quantize_fp8_blocks(x, block_rows, out, scale)
+        return
+    from flashinfer.gemm.kernels import fp8_quantize
+
+    fp8_quantize.quantize_blocks(x, block_rows, out, scale)

@@ -53,6 +53,25 @@ ROUTES = {
         "else the Triton blockwise kernel (also FP8 output)" + _FP8_BELOW_SM89,
         "mate": "mate.gemm.bmm (muDNN); MUBIN for FP8 output",
     },
+    "gemm_fp8_nt_blockscaled": {
+        "reference": "gemm_fp8_nt_groupwise's, granularity (128, 128, 128)",
+        "cuda": "gemm_fp8_nt_groupwise's (128-row A scale blocks expanded per row for cuBLASLt)",
+        "mate": "gemm_fp8_nt_groupwise's: mate.gemm.bmm (muDNN), A scales expanded per row",
+    },
+    "group_gemm_fp8_nt_groupwise": {
+        "reference": "one float32 matmul per group, rows selected by the m_indptr segments",
+        "cuda": "persistent Triton blockwise FP8 kernel (segments become per-row group ids on the device)"
+        + _FP8_BELOW_SM89,
+        "mate": "mate.gemm.ragged_m_moe_gemm_8bit (MUBIN, gemm_mode='per_expert') into a scratch; rows "
+        "outside the segments kept",
+    },
+    "fp8_blockscale_gemm_sm90": {
+        "reference": "BF16 operands quantized per 1x128 / 128x128 block, then the groupwise reference",
+        "cuda": "BF16 operands quantized by one Triton launch each, then gemm_fp8_nt_groupwise's path "
+        "(cuBLASLt blockwise or the Triton blockwise kernel)" + _FP8_BELOW_SM89,
+        "mate": "BF16 operands quantized by PyTorch operations, then mate.gemm.bmm (muDNN; per-row weight "
+        "scales: the group/group recipe)",
+    },
     "group_deepgemm_fp8_nt_groupwise": {
         "reference": "one float32 matmul per group, rows selected by m_indices",
         "cuda": "persistent Triton blockwise FP8 kernel" + _FP8_BELOW_SM89,

@@ -24,13 +24,21 @@ explicit ``out_dtype`` (MATE silently writes bf16 for an FP8 ``out_dtype`` witho
 - a scalar A scale with a channelwise B scale (MATE has no tensor/channel recipe): the A scale
   expanded to ``(b, m, 1)``;
 - ``(128, 128, 128)`` granularity (MATE has no 128-row A recipe): the A scales repeated per row;
+  per-row B scales (``fp8_blockscale_gemm_sm90``'s 1x128 weight scales) are MATE 0.2.6's
+  group/group recipe; MATE 0.2.2 has no such recipe, so that case runs the reference;
 - groupwise scales that are neither K- nor MN-contiguous, or MN-major scales for MUBIN's FP8
   output (K-major only): a contiguous K-major copy of the (small) scale tensor;
 - grouped GEMMs: MATE leaves padding (-1) rows and rows past ``masked_m`` unspecified while
   FlashInfer leaves them untouched, so MATE writes a contiguous scratch and only valid rows are
   copied into ``out`` (one ``out``-sized scratch and one pass over ``out``); group ids outside
   ``[0, G)`` become -1 and ``masked_m`` is clamped to ``[0, m]`` (small int32 tensors) so MATE
-  never reads ``b`` or ``a`` out of bounds.
+  never reads ``b`` or ``a`` out of bounds;
+- ``m_indptr`` segments: MATE's ``gemm_mode="per_expert"`` takes row counts packed from row 0,
+  made from the clamped offsets (``flashinfer.gemm._segments``); rows outside every segment
+  are restored from the caller's ``out`` as above. A K-major contiguous copy of ``a_scale`` is
+  passed when it is stored otherwise (MATE does not inspect its layout);
+- FP8 block quantization (``fp8_blockscale_gemm_sm90``'s BF16 operands): MATE has no such
+  kernel, so the reference's PyTorch operations run on the MUSA device.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import torch
 from flashinfer._core.mate import find_function, require_function
 
 from . import _reference
+from ._segments import packed_counts, rows_in_segments
 
 _OP = "flashinfer.gemm"
 _GEMM = "mate.gemm"
@@ -173,6 +182,9 @@ def gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, outpu
         a_scale = a_scale.repeat_interleave(block_m, dim=0)[: a.shape[0]]
     mate_bmm = _unified_bmm()
     if mate_bmm is None:
+        if block_n != _BLOCK:  # MATE 0.2.2's groupwise GEMM takes (1, 128, 128) only
+            _reference.gemm_groupwise(a, b, a_scale, b_scale, 1, block_n, block_k, out, output_scale)
+            return
         _gemm_groupwise_legacy(a, b, a_scale, b_scale, out, output_scale)
         return
     sa, a_mn = _stored(a_scale)
@@ -270,3 +282,25 @@ def group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out) -> None
         **_backend_kwargs(),
     )
     out.copy_(torch.where(valid, scratch, out))
+
+
+def group_gemm_segments(a, b, a_scale, b_scale, m_indptr, out) -> None:
+    ragged = _legacy("ragged_m_moe_gemm_8bit")
+    m = a.shape[0]
+    counts = packed_counts(m_indptr, m)
+    valid = rows_in_segments(m_indptr, m)
+    scratch = torch.empty(out.shape, dtype=out.dtype, device=out.device)
+    ragged(
+        (a, a_scale.contiguous()),
+        (b, b_scale.contiguous()),
+        counts,
+        scratch,
+        gemm_mode="per_expert",
+        scale_granularity_mnk=_GRANULARITY,
+        **_backend_kwargs(),
+    )
+    out.copy_(torch.where(valid.unsqueeze(1), scratch, out))
+
+
+# MATE has no FP8 block-quantization kernel: PyTorch operations on the MUSA device.
+quantize_fp8_blocks = _reference.quantize_fp8_blocks

@@ -11,8 +11,12 @@ from __future__ import annotations
 import torch
 
 from flashinfer._core.constants import E4M3_MAX, OUTPUT_SCALE_BLOCK, OUTPUT_SCALE_FLOOR
+from flashinfer.utils import ceil_div
+
+from ._segments import row_groups
 
 DEEPGEMM_BLOCK = 128
+QUANT_BLOCK_COLS = 128  # fp8_blockscale_gemm_sm90 quantizes blocks of 128 columns
 
 
 def bmm(A, B, out, A_scale=None, B_scale=None) -> None:
@@ -83,3 +87,32 @@ def group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out) -> None
     b_deq = _dequantize(b, b_scale, DEEPGEMM_BLOCK, DEEPGEMM_BLOCK)
     acc = torch.matmul(a_deq, b_deq.transpose(-1, -2))
     out.copy_(torch.where(valid, acc.to(out.dtype), out))
+
+
+def group_gemm_segments(a, b, a_scale, b_scale, m_indptr, out) -> None:
+    """Rows ``[m_indptr[g], m_indptr[g + 1])`` of ``out`` are those rows of ``a`` times group ``g`` of ``b``.
+
+    The segments become one group id per row (:func:`flashinfer.gemm._segments.row_groups`);
+    rows outside every segment keep their ``out`` values.
+    """
+    group_gemm_contiguous(a, b, a_scale, b_scale, row_groups(m_indptr, a.shape[0]), out)
+
+
+def quantize_fp8_blocks(x, block_rows, out, scale) -> None:
+    """E4M3 values and float32 dequantization scales per ``block_rows x 128`` block of ``x``.
+
+    Per block: ``q = 448 / amax`` (1 where ``amax == 0``), ``out = e4m3(clamp(x * q, -448,
+    448))`` and ``scale = 1 / q``, each step rounded in float32 as upstream's SM90 kernels do.
+    """
+    rows, cols = x.shape
+    row_blocks = ceil_div(rows, block_rows)
+    values = x.float()
+    padded = torch.nn.functional.pad(values, (0, 0, 0, row_blocks * block_rows - rows))
+    amax = (
+        padded.view(row_blocks, block_rows, cols // QUANT_BLOCK_COLS, QUANT_BLOCK_COLS).abs().amax(dim=(1, 3))
+    )
+    # tensor / tensor: one correctly rounded division (`448 / amax` would be 448 * (1 / amax))
+    multiplier = torch.where(amax != 0, torch.full_like(amax, E4M3_MAX) / amax, 1.0)
+    scale.copy_(torch.ones_like(multiplier) / multiplier)
+    per_element = multiplier.repeat_interleave(block_rows, 0)[:rows].repeat_interleave(QUANT_BLOCK_COLS, 1)
+    out.copy_((values * per_element).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn))

@@ -1,0 +1,251 @@
+"""``fp8_blockscale_gemm_sm90``: the block-scaled FP8 GEMM vLLM calls for DeepSeek linear layers.
+
+Upstream's function (not wrapped in ``backend_requirement``: no ``skip_check``, no hooks) runs
+a TensorRT-LLM / DeepGEMM kernel on SM90 only. Here it runs on every device: 16-bit operands
+are quantized per block (one small kernel each), then the groupwise GEMM's implementation
+(``gemm_groupwise``: cuBLASLt or the Triton/Gluon kernels on CUDA, MATE on MUSA) computes the
+product.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from flashinfer._core.checks import fail
+from flashinfer.utils import ceil_div
+
+from ._dispatch import DISPATCH
+from ._validate import check_out_overlap, check_same_device, check_tensor, out_overlaps
+
+_BLOCK = 128
+_E4M3 = torch.float8_e4m3fn
+_BF16 = torch.bfloat16
+_OUT = (torch.bfloat16, torch.float16)
+
+
+def _check_operands(input, weight) -> tuple:
+    """Upstream's shape rules, in its order and with its messages; returns ``(M, N, K)``."""
+    if input.ndim != 2:
+        raise ValueError(f"Input must be 2D (M, K), got shape {input.shape}")
+    if weight.ndim != 2:
+        raise ValueError(f"Weight must be 2D (N, K), got shape {weight.shape}")
+    M, K = input.shape
+    N, K_weight = weight.shape
+    if K_weight != K:
+        raise ValueError(f"K dimension mismatch: input has K={K}, weight has K={K_weight}")
+    if K % _BLOCK != 0:
+        raise ValueError(f"K dimension must be divisible by block size ({_BLOCK}), got K={K}")
+    if N % 64 != 0:
+        raise ValueError(f"N dimension must be divisible by 64, got N={N}")
+    return M, N, K
+
+
+def _input_scale_view(input_scale, M: int, kb: int):
+    """The logical ``(M, K/128)`` view of ``input_scale``.
+
+    Upstream's kernel reads MN-major memory (K block ``kb``, row ``i`` at ``kb * ld + i``). An
+    ``(M, K/128)`` tensor is read through its strides (its column-major view is that memory),
+    and a ``(K/128, M)`` tensor (upstream's test passes one) as its transpose. When
+    ``M == K/128`` the shape cannot tell: a contiguous tensor is taken as the MN-major storage,
+    as upstream's kernel would read it.
+    """
+    shape = tuple(input_scale.shape)
+    column_major = input_scale.dim() == 2 and input_scale.stride(0) == 1 and input_scale.stride(1) != 1
+    if shape == (M, kb) and (M != kb or column_major):
+        return input_scale
+    if shape == (kb, M):
+        return input_scale.t()
+    fail(
+        ValueError,
+        "input_scale",
+        f"shape ({M}, {kb}) (one scale per 1x128 block of `input`) or its MN-major storage ({kb}, {M})",
+        input_scale,
+    )
+
+
+def _check_scales(input, weight, input_scale, weight_scale, M, N, K):
+    """Upstream's dtype-combination and scale rules; returns the logical scale views."""
+    input_is_fp8 = input.dtype == _E4M3
+    weight_is_fp8 = weight.dtype == _E4M3
+    if input_is_fp8 and weight.dtype == _BF16:
+        raise ValueError("FP8 input + BF16 weight is not supported (missing kernel implementation). ")
+    kb = K // _BLOCK
+    if input_is_fp8:
+        if input_scale is None:
+            raise ValueError("input_scale is required when input is FP8. ")
+        check_tensor(input_scale, "input_scale")
+        if input_scale.dtype != torch.float32:
+            raise ValueError(f"input_scale must be float32, got {input_scale.dtype}")
+        if input_scale.device != input.device:
+            raise ValueError(
+                f"input_scale device mismatch. Expected {input.device}, got {input_scale.device}"
+            )
+        input_scale = _input_scale_view(input_scale, M, kb)
+    else:
+        if input.dtype != _BF16:
+            raise ValueError(
+                f"Input must be either FP8 (torch.float8_e4m3fn) or BF16 (torch.bfloat16), got {input.dtype}"
+            )
+        if input_scale is not None:
+            raise ValueError(
+                "input_scale should not be provided for BF16 inputs. "
+                "Use FP8 inputs if you want to provide external scales."
+            )
+    if weight_is_fp8:
+        if weight_scale is None:
+            raise ValueError("weight_scale is required when weight is FP8. ")
+        check_tensor(weight_scale, "weight_scale")
+        per_token, per_block = (N, kb), (ceil_div(N, _BLOCK), kb)
+        if weight_scale.shape != per_token and weight_scale.shape != per_block:
+            raise ValueError(
+                f"weight_scale shape mismatch. Expected either {per_token} "
+                f"(per-token, 1x128 blocks) or {per_block} "
+                f"(per-block, 128x128 blocks), got {weight_scale.shape}"
+            )
+        if weight_scale.dtype != torch.float32:
+            raise ValueError(f"weight_scale must be float32, got {weight_scale.dtype}")
+        check_same_device(weight_scale, "weight_scale", input.device, "input")
+    else:
+        if weight.dtype != _BF16:
+            raise ValueError(
+                f"Weight must be either FP8 (torch.float8_e4m3fn) or BF16 (torch.bfloat16), got {weight.dtype}"
+            )
+        if weight_scale is not None:
+            raise ValueError(
+                "weight_scale should not be provided for BF16 weights. "
+                "Use FP8 weights if you want to provide external scales."
+            )
+    return input_scale, weight_scale
+
+
+def _output_dtype(out, out_dtype, M, N, input) -> torch.dtype:
+    """Upstream's ``out`` / ``out_dtype`` rules and messages."""
+    if out is None:
+        dtype = out_dtype or torch.bfloat16
+        if dtype not in _OUT:
+            raise ValueError(f"Output dtype must be torch.bfloat16 or torch.float16, got {dtype}")
+        return dtype
+    check_tensor(out, "out")
+    if out.shape != (M, N):
+        raise ValueError(f"Output shape mismatch. Expected ({M}, {N}), got {out.shape}")
+    if out.device != input.device:
+        raise ValueError(f"Output device mismatch. Expected {input.device}, got {out.device}")
+    if out.dtype not in _OUT:
+        raise ValueError(f"Output dtype must be torch.bfloat16 or torch.float16, got {out.dtype}")
+    if out_dtype is not None and out.dtype != out_dtype:
+        raise ValueError(f"Output dtype mismatch. Expected {out_dtype}, got {out.dtype}")
+    return out.dtype
+
+
+def _check_layout(input, weight, input_scale, weight_scale, out) -> None:
+    """What upstream's kernel assumes without checking: one device, K-major operands, an ``out``
+    that does not share memory with the operands."""
+    check_same_device(weight, "weight", input.device, "input")
+    for arg, x in (("input", input), ("weight", weight)):
+        if x.shape[1] > 1 and x.stride(1) != 1:
+            fail(ValueError, arg, "a K-major tensor (stride 1 along K)", x)
+    # the operands' storages are compared on every call (two pointer reads when they differ)
+    if out is not None and out_overlaps(out, input, weight):
+        check_out_overlap(out, {"input": input, "weight": weight})
+
+
+def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None, out=None, out_dtype=None):
+    """Block-scaled FP8 GEMM ``out = dequant(input) @ dequant(weight).T`` (DeepSeek-V3 linear layers).
+
+    Three dtype combinations, as upstream: FP8 input + FP8 weight (W8A8, both scaled by the
+    caller), BF16 input + FP8 weight (the input is quantized inside, per 1x128 block), BF16 +
+    BF16 (the input per 1x128 block and the weight per 128x128 block, inside). The internal
+    quantization is upstream's: per block, ``q = 448 / amax`` (1 for an all-zero block),
+    ``e4m3(x * q)`` saturated, dequantization scale ``1 / q``, each rounded in float32.
+
+    Parameters
+    ----------
+    input : torch.Tensor
+        ``[M, K]`` float8_e4m3fn or bfloat16, K-major (``input.stride(1) == 1``).
+    weight : torch.Tensor
+        ``[N, K]`` float8_e4m3fn or bfloat16, K-major.
+    input_scale : torch.Tensor, optional
+        Required with an FP8 ``input`` (and only then): float32 dequantization multipliers, one
+        per 1x128 block: ``[M, K/128]``, read through its strides (upstream's kernel reads the
+        MN-major memory of its column-major view), or the MN-major storage ``[K/128, M]`` itself.
+    weight_scale : torch.Tensor, optional
+        Required with an FP8 ``weight`` (and only then): float32, ``[ceil(N/128), K/128]`` (one
+        per 128x128 block) or ``[N, K/128]`` (one per 1x128 block of each row); any strides.
+    out : torch.Tensor, optional
+        ``[M, N]`` bf16/fp16, written in place and returned; any strides.
+    out_dtype : torch.dtype, optional
+        ``torch.bfloat16`` (default) or ``torch.float16``; must equal ``out.dtype`` when both
+        are given.
+
+    Returns
+    -------
+    torch.Tensor
+        ``out``, ``[M, N]``.
+
+    Raises
+    ------
+    ValueError
+        Upstream's rules, with its messages: 2-D operands, matching K, ``K % 128 == 0``,
+        ``N % 64 == 0``, FP8 input with a BF16 weight, dtypes other than e4m3/bf16, a missing,
+        unexpected, non-float32 or misshapen scale, ``out`` shape/device/dtype, an
+        ``out_dtype`` other than bf16/fp16 or differing from ``out.dtype``. Ours: an
+        ``input_scale`` of another shape, tensors on different devices, non-K-major operands,
+        an ``out`` overlapping an input.
+    TypeError
+        A non-tensor scale or ``out``.
+
+    Notes
+    -----
+    Accuracy against the product of the operands as given (float32 accumulation and one output
+    rounding aside): FP8 + FP8 is exact; a BF16 operand quantized inside keeps 3 mantissa bits,
+    so each of its elements moves by at most ``2**-4 |x| + 2**-10 amax / 448`` (its block's
+    amax): BF16 input + FP8 weight adds at most ``2**-4 sum_k |x||w|`` (plus that subnormal
+    term), BF16 + BF16 about twice as much.
+
+    Upstream raises ``ValueError`` off SM90; here it runs on every device. Upstream's kernel
+    always writes bf16 (an fp16 ``out`` receives bf16 bits there); here fp16 output is fp16.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from flashinfer.gemm import fp8_blockscale_gemm_sm90
+    >>> x = torch.randn(4, 256, dtype=torch.bfloat16)
+    >>> w = torch.randn(128, 256, dtype=torch.bfloat16)
+    >>> y = fp8_blockscale_gemm_sm90(x, w)
+    >>> y.shape, y.dtype
+    (torch.Size([4, 128]), torch.bfloat16)
+    >>> w_fp8 = w.to(torch.float8_e4m3fn)
+    >>> fp8_blockscale_gemm_sm90(x, w_fp8, None, torch.ones(1, 2)).shape
+    torch.Size([4, 128])
+    """
+    check_tensor(input, "input")
+    check_tensor(weight, "weight")
+    M, N, K = _check_operands(input, weight)
+    input_scale, weight_scale = _check_scales(input, weight, input_scale, weight_scale, M, N, K)
+    dtype = _output_dtype(out, out_dtype, M, N, input)
+    _check_layout(input, weight, input_scale, weight_scale, out)
+    device = input.device
+    if out is None:
+        out = torch.empty((M, N), dtype=dtype, device=device)
+    if out.numel() == 0:
+        return out
+    if K == 0:
+        return out.zero_()
+    impl = DISPATCH.module(device)
+    k_blocks = K // _BLOCK
+    if input.dtype == _BF16:
+        a = torch.empty((M, K), dtype=_E4M3, device=device)
+        # column-major (M, K/128): the layout cuBLASLt's 1x128 scales take without a copy
+        input_scale = torch.empty((k_blocks, M), dtype=torch.float32, device=device).t()
+        impl.quantize_fp8_blocks(input, 1, a, input_scale)
+    else:
+        a = input
+    if weight.dtype == _BF16:
+        b = torch.empty((N, K), dtype=_E4M3, device=device)
+        weight_scale = torch.empty((ceil_div(N, _BLOCK), k_blocks), dtype=torch.float32, device=device)
+        impl.quantize_fp8_blocks(weight, _BLOCK, b, weight_scale)
+    else:
+        b = weight
+    block_n = 1 if weight_scale.shape[0] == N else _BLOCK  # N >= 64 tells the two shapes apart
+    impl.gemm_groupwise(a, b, input_scale, weight_scale, 1, block_n, _BLOCK, out)
+    return out

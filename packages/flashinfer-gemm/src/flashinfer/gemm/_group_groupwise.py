@@ -1,0 +1,242 @@
+"""``group_gemm_fp8_nt_groupwise``: the grouped groupwise-scaled FP8 GEMM over row segments."""
+
+from __future__ import annotations
+
+import torch
+
+from flashinfer._core.backends import gated
+from flashinfer._core.checks import fail
+from flashinfer.utils import ceil_div
+
+from ._backends import GROUP_GEMM_FP8_NT_GROUPWISE
+from ._dispatch import DISPATCH
+from ._segments import row_block_scales, rows_in_segments
+from ._validate import FP8, check_out_overlap, check_same_device, check_tensor, out_overlaps
+
+_OUT_16BIT = (torch.bfloat16, torch.float16)
+_GRANULARITIES = ((1, 128, 128), (128, 128, 128))
+
+
+def _check_upstream_rules(a, b, a_scale, b_scale, m_indptr, scale_major_mode, mma_sm, out, out_dtype):
+    """FlashInfer's own checks, in its order and with its messages; returns the output dtype."""
+    if a.dtype not in FP8:
+        raise ValueError(f"a must be a float8 tensor, but got {a.dtype}")
+    if b.dtype not in FP8:
+        raise ValueError(f"b must be a float8 tensor, but got {b.dtype}")
+    if a_scale.dtype != torch.float32:
+        raise ValueError(f"a_scale must be a float32 tensor, but got {a_scale.dtype}")
+    if b_scale.dtype != torch.float32:
+        raise ValueError(f"b_scale must be a float32 tensor, but got {b_scale.dtype}")
+    if m_indptr.dtype != torch.int32:
+        raise ValueError(f"m_indptr must be a int32 tensor, but got {m_indptr.dtype}")
+    if scale_major_mode not in ("MN", "K"):
+        raise ValueError(f"scale_major_mode must be either 'MN' or 'K', but got {scale_major_mode}")
+    if mma_sm not in (1, 2):
+        raise ValueError(f"mma_sm must be either 1 or 2, but got {mma_sm}")
+    # upstream reads b.shape[1:] and a.shape[1] next: the ranks are ours to check first
+    ranks = (("a", a, 2, "(cum_m, k)"), ("b", b, 3, "(G, n, k)"), ("m_indptr", m_indptr, 1, "(G + 1,)"))
+    for arg, x, rank, layout in ranks:
+        if x.dim() != rank:
+            fail(ValueError, arg, f"a {rank}-D tensor {layout} (shape mismatch)", x)
+    n, k = b.shape[1], b.shape[2]
+    if out is None:
+        dtype = torch.bfloat16 if out_dtype is None else out_dtype
+    else:
+        check_tensor(out, "out")
+        dtype = out.dtype if out_dtype is None else out_dtype
+        if out.shape != (a.shape[0], n):
+            raise ValueError(f"Shape mismatch. out.shape = {out.shape}, (a.shape[0], n) = {(a.shape[0], n)}")
+        if out.dtype != dtype:
+            raise ValueError(f"dtype mismatch. out.dtype = {out.dtype}, out_dtype = {dtype}")
+    if dtype not in _OUT_16BIT:
+        raise ValueError(
+            f"Unsupported output dtype: {dtype}. "
+            f"Only torch.bfloat16 and torch.float16 are supported for FP8 GEMM operations."
+        )
+    if a.shape[1] != k:
+        raise ValueError(f"Shape mismatch. a.shape[1] = {a.shape[1]}, k = {k}")
+    if n % 8 != 0:
+        raise ValueError(f"n must be a multiple of 8, but got {n}")
+    if k % 16 != 0:
+        raise ValueError(f"k must be a multiple of 16, but got {k}")
+    return dtype
+
+
+def _check_backend_rules(backend, scale_major_mode, granularity) -> None:
+    GROUP_GEMM_FP8_NT_GROUPWISE.check(backend)
+    if granularity not in _GRANULARITIES:
+        fail(ValueError, "scale_granularity_mnk", "(1, 128, 128) or (128, 128, 128)", granularity)
+    if backend == "cutile":  # upstream's cuTile kernel raises these (NotImplementedError)
+        if scale_major_mode != "K":
+            raise NotImplementedError(
+                f"cuTile gemm_fp8_nt_groupwise only supports scale_major_mode='K' in v1; "
+                f"got {scale_major_mode!r}. MN-major scale support is a follow-up."
+            )
+        if granularity[0] != 1:
+            raise NotImplementedError(
+                f"cuTile gemm_fp8_nt_groupwise requires scale_granularity_mnk[0] == 1 "
+                f"(per-token-group on M); got {granularity[0]}."
+            )
+
+
+def _check_layout(a, b, a_scale, b_scale, m_indptr, out, scale_major_mode, granularity) -> None:
+    """What upstream leaves to its kernels (silently wrong there): devices, strides, scale shapes."""
+    device = a.device
+    for arg, x in (("b", b), ("a_scale", a_scale), ("b_scale", b_scale), ("m_indptr", m_indptr)):
+        check_same_device(x, arg, device, "a")
+    for arg, x in (("a", a), ("b", b)):
+        if x.shape[-1] > 1 and x.stride(-1) != 1:
+            fail(ValueError, arg, "a K-major tensor (stride 1 along k)", x)
+    groups, n, k = b.shape
+    if m_indptr.shape[0] != groups + 1:
+        fail(
+            ValueError, "m_indptr", f"shape ({groups + 1},) (one offset per group of `b`, plus one)", m_indptr
+        )
+    gm, gn, gk = granularity
+    mb, nb, kb = ceil_div(a.shape[0], gm), ceil_div(n, gn), ceil_div(k, gk)
+    a_shape, b_shape = (
+        ((mb, kb), (groups, nb, kb)) if scale_major_mode == "K" else ((kb, mb), (groups, kb, nb))
+    )
+    for arg, scale, shape in (("a_scale", a_scale, a_shape), ("b_scale", b_scale, b_shape)):
+        if tuple(scale.shape) != shape:
+            fail(ValueError, arg, f"shape {shape} (scale_major_mode={scale_major_mode!r})", scale)
+    if out is not None:
+        check_same_device(out, "out", device, "a")
+        if out_overlaps(out, a, b):  # the operands' storages: two pointer reads when they differ
+            check_out_overlap(out, {"a": a, "b": b})
+
+
+def _scale_views(a_scale, b_scale, m_indptr, m, scale_major_mode, block_m):
+    """Per-row A scales ``[m, kb]`` and logical B scales ``[G, nb, kb]`` (views unless block_m > 1)."""
+    if scale_major_mode == "MN":
+        a_scale, b_scale = a_scale.t(), b_scale.transpose(1, 2)
+    if block_m != 1:  # a copy of m x kb floats: upstream's per-group 128-row scale blocks, per row
+        a_scale = row_block_scales(a_scale, m_indptr, m, block_m)
+    return a_scale, b_scale
+
+
+@gated(GROUP_GEMM_FP8_NT_GROUPWISE)
+def group_gemm_fp8_nt_groupwise(
+    a,
+    b,
+    a_scale,
+    b_scale,
+    m_indptr,
+    scale_granularity_mnk=(1, 128, 128),
+    scale_major_mode="MN",
+    mma_sm=1,
+    out=None,
+    out_dtype=None,
+    backend="trtllm",
+    *,
+    skip_check=False,
+):
+    """Grouped groupwise-scaled FP8 NT GEMM: group ``g`` owns rows ``[m_indptr[g], m_indptr[g + 1])``.
+
+    For a row ``r`` of group ``g``:
+    ``out[r, j] = sum_kb sa(r, kb) * sb[g](j // gn, kb) * sum_{k in kb} a[r, k] * b[g, j, k]``,
+    accumulated in float32 and cast once.
+
+    Parameters
+    ----------
+    a : torch.Tensor
+        ``[cum_m, k]`` float8 (e4m3 or e5m2), K-major (``a.stride(1) == 1``): the groups' rows,
+        back to back.
+    b : torch.Tensor
+        ``[G, n, k]`` float8 (e4m3 or e5m2), K-major: one ``[n, k]`` weight per group.
+    a_scale : torch.Tensor
+        float32 multipliers per ``gm x gk`` block of ``a``: ``[ceil(cum_m/gm), ceil(k/gk)]`` when
+        ``scale_major_mode="K"``, ``[ceil(k/gk), ceil(cum_m/gm)]`` when ``"MN"``. With
+        ``gm = 128`` a group's scale rows start at ``m_indptr[g] // 128`` (upstream's kernel).
+    b_scale : torch.Tensor
+        float32 per ``gn x gk`` block of each group's ``b``: ``[G, ceil(n/gn), ceil(k/gk)]``
+        (``"K"``) or ``[G, ceil(k/gk), ceil(n/gn)]`` (``"MN"``).
+    m_indptr : torch.Tensor
+        ``[G + 1]`` int32 row offsets (non-decreasing, ``m_indptr[G] <= cum_m``; upstream asks
+        for multiples of 4, here any offsets work). Empty groups are allowed. Rows outside
+        ``[m_indptr[0], m_indptr[G])`` are not written. Offsets are read on the device only; an
+        offset outside ``[0, cum_m]`` is clamped and a decreasing one treated as the running
+        maximum, so no memory outside the tensors is read.
+    scale_granularity_mnk : tuple of int
+        ``(1, 128, 128)`` (default) or ``(128, 128, 128)``.
+    scale_major_mode : {"MN", "K"}
+        How the scales are stored; default ``"MN"``.
+    mma_sm : int
+        1 or 2: upstream's CUTLASS cluster size, a performance hint; checked, otherwise ignored.
+    out : torch.Tensor, optional
+        ``[cum_m, n]`` bf16/fp16, written in place and returned; any strides. When None, a
+        contiguous tensor is allocated (rows outside every group then hold garbage).
+    out_dtype : torch.dtype, optional
+        ``torch.bfloat16`` (default) or ``torch.float16``; must equal ``out.dtype`` when both
+        are given.
+    backend : str
+        FlashInfer's ``"trtllm"`` (default) or ``"cutile"`` (K-major scales and ``gm = 1``
+        only), or MATE's ``"auto"``, ``"mubin"``. Every name runs on every device.
+    skip_check : bool, keyword-only
+        Skip argument validation (FlashInfer's hidden keyword).
+
+    Returns
+    -------
+    torch.Tensor
+        ``out``, ``[cum_m, n]``.
+
+    Raises
+    ------
+    ValueError
+        FlashInfer's checks (non-FP8 ``a``/``b``, non-float32 scales, non-int32 ``m_indptr``,
+        ``scale_major_mode``, ``mma_sm``, ``out`` shape or dtype, output dtype not bf16/fp16,
+        k mismatch, ``n % 8``, ``k % 16``), and ours: ranks, an unknown ``backend``, another
+        granularity, scale or ``m_indptr`` shapes, devices, non-K-major ``a``/``b``, an ``out``
+        overlapping an input.
+    NotImplementedError
+        ``backend="cutile"`` with MN-major scales or ``gm != 1`` (as upstream's cuTile kernel).
+    TypeError
+        A non-tensor argument.
+
+    Notes
+    -----
+    Upstream runs this on Blackwell only; here it runs on every device (the Triton grouped
+    kernel on CUDA, MATE's ``ragged_m_moe_gemm_8bit`` in ``per_expert`` mode on MUSA). Scales
+    are read through their strides.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from flashinfer.gemm import group_gemm_fp8_nt_groupwise
+    >>> G, n, k = 3, 128, 256
+    >>> m_indptr = torch.tensor([0, 4, 4, 12], dtype=torch.int32)  # group 1 is empty
+    >>> a = torch.randn(12, k).to(torch.float8_e4m3fn)
+    >>> b = torch.randn(G, n, k).to(torch.float8_e4m3fn)
+    >>> a_scale = torch.ones(k // 128, 12)  # MN-major
+    >>> b_scale = torch.ones(G, k // 128, n // 128)
+    >>> group_gemm_fp8_nt_groupwise(a, b, a_scale, b_scale, m_indptr).shape
+    torch.Size([12, 128])
+    """
+    granularity = tuple(scale_granularity_mnk)
+    if skip_check:
+        dtype = out.dtype if out is not None else (out_dtype or torch.bfloat16)
+    else:
+        for arg, x in (
+            ("a", a),
+            ("b", b),
+            ("a_scale", a_scale),
+            ("b_scale", b_scale),
+            ("m_indptr", m_indptr),
+        ):
+            check_tensor(x, arg)
+        dtype = _check_upstream_rules(
+            a, b, a_scale, b_scale, m_indptr, scale_major_mode, mma_sm, out, out_dtype
+        )
+        _check_backend_rules(backend, scale_major_mode, granularity)
+        _check_layout(a, b, a_scale, b_scale, m_indptr, out, scale_major_mode, granularity)
+    m, k = a.shape
+    groups, n = b.shape[0], b.shape[1]
+    if out is None:
+        out = torch.empty((m, n), dtype=dtype, device=a.device)
+    if out.numel() == 0 or groups == 0:
+        return out
+    if k == 0:
+        return out.masked_fill_(rows_in_segments(m_indptr, m).unsqueeze(1), 0)
+    a_view, b_view = _scale_views(a_scale, b_scale, m_indptr, m, scale_major_mode, granularity[0])
+    DISPATCH.module(a.device).group_gemm_segments(a, b, a_view, b_view, m_indptr, out)
+    return out
