@@ -9,6 +9,7 @@ probabilities and output), LSE within 1e-4 relative (float32 statistics).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -109,8 +110,7 @@ def test_packed_decode(kernels, seed, heads, q_len, splits, with_sinks, lengths,
         out = torch.full((batch, q_len, heads, 512), math.nan, dtype=torch.bfloat16)
     lse = torch.full((batch, q_len, heads), math.nan)
     workspace = torch.full((4 << 20,), 0xFF, dtype=torch.uint8)  # not zeroed: NaN floats
-    plan = md.plan_decode(batch, q_len, heads, topk, num_sms=132)
-    plan = type(plan)(splits, plan.head_blocks, plan.fp8_config, plan.bf16_config)
+    plan = dataclasses.replace(md.plan_decode(batch, q_len, heads, topk, num_sms=132), num_splits=splits)
     bmm1 = 0.06
     md.mla_decode(query, rows, indices, token_lengths, bmm1, 1.0, sinks, out, lse, workspace, plan,
                   0, slots, rows.stride(0), 0, packed=True, length_mode=1 if lengths else 2)  # fmt: skip

@@ -250,7 +250,9 @@ def packed_sparse_decode(query, kv, indices, lengths, bmm1_scale, sinks, out, ls
     fn = _function("flash_mla_with_kvcache", op, FLASHMLA)
     metadata_fn = _function("get_mla_metadata", op, FLASHMLA)
     if fn is None or metadata_fn is None:
-        _reference.packed_sparse_decode(query, kv, indices, lengths, bmm1_scale, sinks, out, lse, plan, workspace)
+        _reference.packed_sparse_decode(
+            query, kv, indices, lengths, bmm1_scale, sinks, out, lse, plan, workspace
+        )
         return
     batch, q_len, heads, dim = query.shape
     rows, topk = batch * q_len, indices.shape[-1]

@@ -102,6 +102,18 @@ def decode_config(heads: int, fp8: bool) -> DecodeConfig:
     return DecodeConfig(16, 32 if fp8 else 64, num_warps=4, num_stages=3, programs_per_sm=2, upcast_qk=fp8)
 
 
+def packed_decode_config(heads: int) -> DecodeConfig:
+    """The tile shape of the packed mode (bf16 query, 656-byte rows dequantized in registers)."""
+    # Not timed yet: chosen from an offline sm_90 compile (Triton 3.6), where the bf16 tiles'
+    # 64-key steps spill about 2 KB a thread in this mode (the FP8 codes, their float32 products
+    # and the bf16 K of a half are live at once) and 32-key steps 0.1-0.3 KB.
+    if heads > 32:
+        return DecodeConfig(64, 32, num_warps=8, num_stages=3, programs_per_sm=1)
+    if heads > 16:
+        return DecodeConfig(32, 32, num_warps=8, num_stages=3, programs_per_sm=2)
+    return DecodeConfig(16, 32, num_warps=4, num_stages=3, programs_per_sm=2)
+
+
 @triton.jit
 def _load_q(ptrs, offs, head_ok, UPCAST_QK: tl.constexpr):
     q = tl.load(ptrs + offs[None, :], mask=head_ok[:, None], other=0.0)
@@ -387,12 +399,16 @@ class DecodePlan:
         ``cdiv(heads, config.block_h)``.
     fp8_config, bf16_config : DecodeConfig
         Tile shapes for e4m3 and bf16 operands (the plan is made before the dtype is known).
+    packed_config : DecodeConfig or None
+        Tile shape of the packed mode; None takes ``bf16_config``. Its ``block_h`` must give the
+        same ``head_blocks``.
     """
 
     num_splits: int
     head_blocks: int
     fp8_config: DecodeConfig
     bf16_config: DecodeConfig
+    packed_config: DecodeConfig | None = None
 
 
 # Fewest keys a split is worth: below this, the combine costs more than the parallelism gains.
@@ -414,13 +430,14 @@ def plan_decode(batch: int, q_len: int, heads: int, list_len: int, num_sms: int)
         Multiprocessors of the device.
     """
     fp8_config, bf16_config = decode_config(heads, True), decode_config(heads, False)
+    packed_config = packed_decode_config(heads)
     head_blocks = ceil_div(heads, fp8_config.block_h)
     programs = batch * q_len * head_blocks
     slots = num_sms * fp8_config.programs_per_sm
     # with at least a wave already, one split writes out directly and skips the combine
     num_splits = max(1, slots // programs) if programs < slots else 1
     num_splits = max(1, min(num_splits, list_len // MIN_KEYS_PER_SPLIT, MAX_SPLITS))
-    return DecodePlan(num_splits, head_blocks, fp8_config, bf16_config)
+    return DecodePlan(num_splits, head_blocks, fp8_config, bf16_config, packed_config)
 
 
 def _workspace_splits(plan_splits: int, part_rows: int, d_v: int, workspace_bytes: int) -> int:
@@ -502,6 +519,8 @@ def mla_decode(
     d_v = out.shape[-1]
     fp8 = query.element_size() == 1
     config = plan.fp8_config if fp8 else plan.bf16_config
+    if packed and plan.packed_config is not None:
+        config = plan.packed_config
     part_rows = batch * q_len * heads
     num_splits = plan.num_splits
     if num_splits > 1:
