@@ -16,6 +16,8 @@ import struct
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from mla_oracles import assert_decode_close
 from packed_cases import ROW_BYTES, packed_kwargs, packed_oracle
 
@@ -242,3 +244,23 @@ def test_missing_mate_raises_library_error(no_mate, seed):
     kwargs, _ = packed_kwargs()
     with pytest.raises(LibraryError, match="MATE"):
         decode(**kwargs)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    q_len=st.integers(1, 3),
+    heads=st.sampled_from([1, 3, 16, 64, 72]),
+    topk=st.sampled_from([4, 60, 64, 100]),
+    lengths=st.sampled_from(["tokens", "2d", "batch", None]),
+    sinks=st.booleans(),
+    pow2=st.booleans(),
+)
+def test_hypothesis_shapes(mate_standin, batch, q_len, heads, topk, lengths, sinks, pow2):
+    """Shapes through the MATE adapter (padding, flattening) against the float64 oracle."""
+    torch.manual_seed(batch + 10 * q_len + 100 * heads + topk)
+    kwargs, oracle = packed_kwargs(batch=batch, q_len=q_len, heads=heads, topk=topk, page_size=16,
+                                   lengths=lengths, sinks=sinks, pow2=pow2)  # fmt: skip
+    out, lse = decode(**kwargs, return_lse=True)
+    expected_out, expected_lse = oracle()
+    assert_decode_close(out, lse.view(batch, q_len, heads), expected_out, expected_lse)
