@@ -49,7 +49,7 @@ ROUTES = {
         "mate": "mate sparse_mla_fp8_decode for FP8 e4m3, dims 512/64, float bmm1_scale; the reference "
         "for BF16 and tensor bmm1_scale",
     },
-    "trtllm_batch_decode_with_kv_cache_mla (sparse, packed 656-byte cache)": {
+    "trtllm_batch_decode_with_kv_cache_mla (sparse on the packed 656-byte cache)": {
         "reference": "PyTorch, float32 math on the dequantized rows",
         "cuda": "Triton split-K MLA decode, packed mode (FP8 rows dequantized in registers)",
         "mate": "mate.flashmla flash_mla_with_kvcache (FlashMLA's sparse FP8 decode); the reference "
