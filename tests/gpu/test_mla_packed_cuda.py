@@ -170,7 +170,7 @@ def test_packed_graph_capture(seed):
     out, lse = poisoned(batch, q_len, heads)
     sinks = torch.randn(heads, device="cuda")
     plan = cuda.decode_plan(batch, q_len, heads, TOPK, query.device)
-    assert plan.num_splits > 1, "the graph must cover the split + combine path"
+    assert plan.portable.num_splits > 1, "the graph must cover the split + combine path"
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
     graph, allocated = capture(
         lambda: cuda.packed_sparse_decode(
