@@ -14,6 +14,13 @@ RoPE: 128 heads, 2-D K, outputs in a merged 576-wide buffer (sglang's call), at
 time (median), time per call inside a CUDA graph, and eager wall time per call through the
 public API (host overhead included).
 
+Packed cache (``--packed``): the same decode shapes on upstream's ``sparse``-backend form, a bf16
+query over the 656-byte FP8 rows (512 e4m3 values, 4 float32 scales, 64 bf16 RoPE values), read
+and dequantized inside the kernel; bytes count 656 per gathered row, FLOPs as above against the
+BF16 peak. ``--flashmla`` adds FlashMLA's sparse FP8 decode (deepseek-ai/FlashMLA, built with
+``benchmarks/flashmla_anchor.sh``; 16 heads padded to its 64) on the same bytes in the same
+process: its time, ours / its, and the largest difference between the two outputs.
+
 ``--tune`` instead times candidate tile configurations on the key decode shapes.
 ``--upstream`` times upstream FlashInfer's ``mla_rope_quantize_fp8`` (whatever ``flashinfer`` is
 importable: put upstream's wheel alone on ``PYTHONPATH``) the same way, as an in-run anchor;
@@ -23,6 +30,8 @@ Run::
 
     PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-mla/src \\
         python3 benchmarks/bench_mla.py --out OUT_DIR
+    PYTHONPATH=benchmarks/.anchor-build/FlashMLA:packages/flashinfer-core/src:packages/flashinfer-mla/src \\
+        python3 benchmarks/bench_mla.py --packed --flashmla --out OUT_DIR
 """
 
 from __future__ import annotations
@@ -67,11 +76,11 @@ def copy_bandwidth(nbytes: int = 4 << 30) -> float:
 # ----------------------------------------------------------------------------- sparse decode
 
 
-def sparse_case(batch, heads, q_len, dtype, topk=TOPK, seed=0):
+def sparse_case(batch, heads, q_len, dtype, topk=TOPK, seed=0, with_kv=True):
     """Fresh random inputs: each request's indices point into its own 32768-slot region."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     slots = batch * SLOTS_PER_REQUEST
-    kv = (torch.randn(slots, DIM, device="cuda", generator=gen) * 0.5).to(dtype)
+    kv = (torch.randn(slots, DIM, device="cuda", generator=gen) * 0.5).to(dtype) if with_kv else None
     query = (torch.randn(batch, q_len, heads, DIM, device="cuda", generator=gen) * 0.5).to(dtype)
     local = torch.randint(0, SLOTS_PER_REQUEST, (batch, q_len, topk), device="cuda", generator=gen)
     base = torch.arange(batch, device="cuda")[:, None, None] * SLOTS_PER_REQUEST
@@ -172,6 +181,128 @@ def bench_decode(copy_bw, rows, reference_shapes, targets_only):
             ),
             flush=True,
         )
+        del case
+
+
+# ----------------------------------------------------------------------------- packed cache
+
+PACKED_ROW = 656
+
+
+def packed_case(batch, heads, q_len, topk=TOPK, seed=0):
+    """``sparse_case``'s shape on the packed 656-byte rows: random e4m3 codes, power-of-two
+    scales (DeepSeek-V3.2's), bf16 RoPE values; a bf16 query; every column active."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    slots = batch * SLOTS_PER_REQUEST
+    rows = torch.empty(slots, PACKED_ROW, dtype=torch.uint8, device="cuda")
+    for start in range(0, slots, 1 << 20):  # in chunks: the float32 temporaries of all rows are 9 GB
+        part = slice(start, min(slots, start + (1 << 20)))
+        n = part.stop - start
+        codes = (torch.randn(n, D_V, device="cuda", generator=gen) * 60).clamp(-448, 448)
+        scales = torch.pow(2.0, torch.randint(-10, -5, (n, 4), device="cuda", generator=gen).float())
+        rope = (torch.randn(n, D_ROPE, device="cuda", generator=gen) * 0.5).bfloat16()
+        rows[part, :D_V] = codes.to(torch.float8_e4m3fn).view(torch.uint8)
+        rows[part, D_V : D_V + 16] = scales.view(torch.uint8)
+        rows[part, D_V + 16 :] = rope.view(torch.uint8)
+    case = sparse_case(batch, heads, q_len, torch.bfloat16, topk, seed + 1, with_kv=False)
+    case.update(rows=rows, bmm1_scale=DIM**-0.5)
+    return case
+
+
+def run_packed(case, plan):
+    c = case
+    _cuda.packed_sparse_decode(
+        c["query"],
+        c["rows"],
+        c["indices"],
+        None,
+        c["bmm1_scale"],
+        None,
+        c["out"],
+        c["lse"],
+        plan,
+        c["workspace"],
+    )
+
+
+def unpack(rows):
+    """float64 K rows of packed rows (for the error check)."""
+    latent = rows[:, :D_V].view(torch.float8_e4m3fn).double()
+    scales = rows[:, D_V : D_V + 16].contiguous().view(torch.float32).double()
+    rope = rows[:, D_V + 16 :].contiguous().view(torch.bfloat16).double()
+    return torch.cat((latent * scales.repeat_interleave(128, -1), rope), -1)
+
+
+def packed_error(case, out) -> float:
+    """max |out - ref| / max |ref| against float64 (first two requests' last token)."""
+    worst = 0.0
+    for b in range(min(2, out.shape[0])):
+        keys = unpack(case["rows"][case["indices"][b, -1].long()])
+        s = case["bmm1_scale"] * case["query"][b, -1].double() @ keys.T
+        ref = torch.softmax(s, -1) @ keys[:, :D_V]
+        worst = max(worst, ((out[b, -1, : ref.shape[0]].double() - ref).abs().max() / ref.abs().max()).item())
+    return worst
+
+
+def flashmla_decode(case):
+    """FlashMLA's sparse FP8 decode on the case's bytes; ``(call, heads it runs)``."""
+    import flash_mla
+
+    query = case["query"]
+    batch, q_len, heads, _ = query.shape
+    padded = 64 if heads <= 64 else 128  # its kernels take 64 or 128 heads
+    if padded != heads:
+        query = torch.cat((query, query.new_zeros(batch, q_len, padded - heads, DIM)), 2)
+    k_cache = case["rows"].view(-1, 64, 1, PACKED_ROW)
+    sched, _ = flash_mla.get_mla_metadata()
+
+    def call():
+        return flash_mla.flash_mla_with_kvcache(
+            query, k_cache, None, None, D_V, sched, None, softmax_scale=case["bmm1_scale"], causal=False,
+            is_fp8_kvcache=True, indices=case["indices"],
+        )  # fmt: skip
+
+    return call, padded
+
+
+def bench_packed(copy_bw, rows, targets_only, with_flashmla):
+    shapes = sorted({(batch, heads, q_len) for _, batch, heads, q_len in decode_shapes(targets_only)})
+    for batch, heads, q_len in shapes:
+        case = packed_case(batch, heads, q_len, seed=len(rows))
+        plan = _cuda.decode_plan(batch, q_len, heads, TOPK, case["query"].device)
+        splits = plan.portable.num_splits  # the packed mode runs the portable kernel
+        run_packed(case, plan)
+        err = packed_error(case, case["out"])
+        ms = median_ms(lambda case=case, plan=plan: run_packed(case, plan))
+        graph_ms = graph_time_ms(lambda case=case, plan=plan: run_packed(case, plan))
+        tokens = batch * q_len
+        nbytes = tokens * (heads * DIM * 2 + TOPK * PACKED_ROW + heads * D_V * 2)
+        flops = 2.0 * heads * TOPK * (DIM + D_V) * tokens
+        floor_ms = max(nbytes / copy_bw, flops / (PEAK_TFLOPS["bf16"] * 1e12)) * 1e3
+        row = {
+            "op": "packed_decode", "batch": batch, "heads": heads, "q_len": q_len, "topk": TOPK,
+            "splits": splits, "ms": ms, "graph_us": graph_ms * 1e3, "tflops": flops / ms * 1e-9,
+            "gbps": nbytes / ms * 1e-6, "floor_ms": floor_ms, "rel_err": err,
+        }  # fmt: skip
+        line = (
+            f"packed B={batch:3d} H={heads:3d} q_len={q_len} splits={splits:2d} {ms * 1e3:8.1f} us "
+            f"(graph {graph_ms * 1e3:8.1f} us) {row['tflops']:6.1f} TFLOP/s floor {floor_ms * 1e3:6.1f} us err {err:.1e}"
+        )
+        if with_flashmla:
+            call, padded = flashmla_decode(case)
+            theirs = call()[0]
+            row["flashmla_heads"] = padded
+            row["flashmla_ms"] = median_ms(call)
+            row["flashmla_graph_us"] = graph_time_ms(call) * 1e3
+            row["flashmla_err"] = packed_error(case, theirs)
+            diff = (theirs[:, :, :heads].double() - case["out"].double()).abs().max()
+            row["max_diff_vs_flashmla"] = (diff / theirs[:, :, :heads].double().abs().max()).item()
+            line += (
+                f" | FlashMLA (H={padded}) {row['flashmla_ms'] * 1e3:8.1f} us (graph {row['flashmla_graph_us']:8.1f}) "
+                f"FlashMLA/ours {row['flashmla_graph_us'] / row['graph_us']:.2f}x diff {row['max_diff_vs_flashmla']:.1e}"
+            )
+        rows.append(row)
+        print(line, flush=True)
         del case
 
 
@@ -382,6 +513,30 @@ def plot(rows, path):
     fig.savefig(path, dpi=110)
 
 
+def packed_markdown(meta, rows) -> str:
+    """The packed-cache table (``--packed``; with FlashMLA's columns under ``--flashmla``)."""
+    lines = [
+        f"{meta['device']}, torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}; "
+        f"measured D2D copy {meta['copy_bandwidth_gbps']:.0f} GB/s. Top-k {TOPK}, bf16 query, 656-byte rows.",
+        "",
+        "| batch | heads | q_len | splits | time (us) | in a graph (us) | TFLOP/s | floor (us) | "
+        "FlashMLA in a graph (us) | FlashMLA / ours (graph) | max diff / max FlashMLA |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        anchor = " | | "
+        if "flashmla_graph_us" in r:
+            anchor = (
+                f"{r['flashmla_graph_us']:.1f} (H={r['flashmla_heads']}) | "
+                f"{r['flashmla_graph_us'] / r['graph_us']:.2f}x | {r['max_diff_vs_flashmla']:.1e}"
+            )
+        lines.append(
+            f"| {r['batch']} | {r['heads']} | {r['q_len']} | {r['splits']} | {r['ms'] * 1e3:.1f} | "
+            f"{r['graph_us']:.1f} | {r['tflops']:.0f} | {r['floor_ms'] * 1e3:.1f} | {anchor} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def markdown(meta, rows) -> str:
     """The tables of ``benchmarks/RESULTS.md``'s MLA section."""
     lines = [
@@ -433,6 +588,8 @@ def main():
     parser.add_argument("--skip-rope", action="store_true")
     parser.add_argument("--targets-only", action="store_true", help="decode at the target shapes only")
     parser.add_argument("--upstream", action="store_true", help="time upstream FlashInfer's RoPE instead")
+    parser.add_argument("--packed", action="store_true", help="decode on the packed 656-byte cache only")
+    parser.add_argument("--flashmla", action="store_true", help="with --packed: FlashMLA on the same bytes")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if not args.upstream:
@@ -455,6 +612,8 @@ def main():
     try:
         if args.upstream:
             bench_rope(copy_bw, rows, upstream=True)
+        elif args.packed:
+            bench_packed(copy_bw, rows, args.targets_only, args.flashmla)
         elif args.tune:
             tune(copy_bw, rows)
         else:
@@ -474,12 +633,18 @@ def main():
 
 def write_results(args, meta, rows):
     name = "tune_mla.json" if args.tune else "upstream_mla.json" if args.upstream else "bench_mla.json"
+    if args.packed:
+        name = "packed_mla.json"
     with open(os.path.join(args.out, name), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     if not args.tune and not args.upstream:
-        with open(os.path.join(args.out, "bench_mla.md"), "w") as f:
-            f.write(markdown(meta, rows))
-        plot(rows, os.path.join(args.out, "bench_mla.png"))
+        if args.packed:
+            with open(os.path.join(args.out, "packed_mla.md"), "w") as f:
+                f.write(packed_markdown(meta, rows))
+        else:
+            with open(os.path.join(args.out, "bench_mla.md"), "w") as f:
+                f.write(markdown(meta, rows))
+            plot(rows, os.path.join(args.out, "bench_mla.png"))
 
 
 if __name__ == "__main__":

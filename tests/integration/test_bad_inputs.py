@@ -85,6 +85,15 @@ def decode_args(sparse=True):
     return args
 
 
+def packed_decode_args():
+    """The packed 656-byte cache form (upstream's ``sparse`` backend): bf16 query, uint8 rows."""
+    B, H, topk = 2, 4, 64
+    args = decode_args()
+    args.update(query=torch.randn(B, 1, H, 576).to(BF16), kv_cache=torch.randint(0, 60, (8, 32, 656), dtype=torch.uint8),
+                seq_lens=torch.full((B, 1), topk, dtype=torch.int32), backend="sparse")  # fmt: skip
+    return args
+
+
 @dataclass
 class Case:
     api: Any
@@ -185,6 +194,27 @@ CASES = [
     Case(trtllm_batch_decode_with_kv_cache_mla, decode_args, "multi_ctas_kv_counter_buffer", torch.zeros(8, dtype=torch.uint8), ValueError, "too small"),
     Case(trtllm_batch_decode_with_kv_cache_mla, decode_args, "metadata", object(), TypeError, "metadata"),
     Case(trtllm_batch_decode_with_kv_cache_mla, lambda: decode_args(sparse=False), "block_tables", torch.zeros(2, 1, 2, dtype=torch.int32), ValueError, "block_tables"),
+    # the same, packed 656-byte cache
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "bmm2_scale", 0.5, ValueError, "bmm2_scale"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "bmm2_scale", torch.ones(()), ValueError, "bmm2_scale to be a float"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "bmm1_scale", torch.full((), 0.1), ValueError, "bmm1_scale to be a float"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "query", torch.randn(2, 1, 4, 576).to(E4M3), ValueError, "BF16 query"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "query", torch.randn(2, 4, 576).to(BF16), ValueError, "query.ndim == 4"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "query", torch.empty(2, 1, 4, 576, dtype=BF16, device=META), ValueError, "device|query|kv_cache"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "kv_cache", torch.zeros(8, 32, 640, dtype=torch.uint8), ValueError, "656"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "kv_cache", torch.zeros(8, 2, 32, 656, dtype=torch.uint8), ValueError, "kv_cache shape"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "block_tables", torch.zeros(2, 64, dtype=torch.int32), ValueError, "block_tables shape"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "block_tables", torch.zeros(2, 1, 64, dtype=torch.int64), ValueError, "block_tables must have dtype"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "seq_lens", torch.zeros(2, 2, dtype=torch.int32), ValueError, "seq_lens"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "seq_lens", torch.zeros(2, 1), ValueError, "seq_lens must have dtype"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "kv_lora_rank", 256, ValueError, "kv_lora_rank=512"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "sparse_mla_top_k", 0, ValueError, "sparse_mla_top_k > 0"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "kv_scale_format", "fp8", ValueError, "kv_scale_format"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "out", torch.empty(2, 1, 4, 512, dtype=torch.float16), ValueError, "out"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "lse", torch.empty(2, 5), ValueError, "lse"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "sinks", torch.zeros(4, dtype=torch.float16), ValueError, "sinks"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "uses_shared_paged_kv_idx", False, ValueError, "uses_shared_paged_kv_idx"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "backend", "fa2", ValueError, "Backend fa2 not supported"),
 ]  # fmt: skip
 
 
@@ -282,3 +312,10 @@ def test_negative_seq_lens_give_empty_rows():
     out, lse = trtllm_batch_decode_with_kv_cache_mla(**args)
     assert torch.equal(out[0], torch.zeros_like(out[0])) and torch.isinf(lse[0]).all() and (lse[0] > 0).all()
     assert torch.isfinite(out[1].float()).all()
+
+
+def test_packed_base_arguments_are_valid():
+    """The packed rows above spoil one argument of a call that works."""
+    args = packed_decode_args()
+    out, lse = trtllm_batch_decode_with_kv_cache_mla(**args)
+    assert torch.isfinite(out.float()).all() and torch.isfinite(lse).all()

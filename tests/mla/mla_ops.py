@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import packed_cases
 import torch
 from mla_oracles import (
     E4M3,
@@ -368,7 +369,6 @@ def decode_errors() -> list:
         ErrorInput("dcp_enabled", base(enable_dcp=True, cp_world=2, return_lse=True), NotImplementedError, "enable_dcp=True"),
         ErrorInput("top_k_lens_without_native", base(sparse_mla_top_k_lens=torch.zeros(2, dtype=torch.int32)), ValueError, "native"),
         ErrorInput("native_without_top_k_lens", base(qk_rope_head_dim=0), ValueError, "sparse_mla_top_k_lens"),
-        ErrorInput("packed_656_cache", base(kv_cache=torch.zeros(3, 1, 32, 656, dtype=torch.uint8), seq_lens=None), NotImplementedError, "656-byte"),
         ErrorInput("metadata_wrong_type", base(metadata=object()), TypeError, "DecodeMetadata"),
         ErrorInput("int64_seq_lens", base(seq_lens=torch.tensor([64, 64])), ValueError, "seq_lens"),
         ErrorInput("non_viewable_cache", base(kv_cache=quantized((3, 40, 576), E4M3)[:, :32]), ValueError, "flat"),
@@ -392,6 +392,13 @@ OPS = [
         decode_samples,
         decode_compare,
         decode_errors,
+    ),
+    OpInfo(
+        "trtllm_batch_decode_with_kv_cache_mla[packed]",
+        flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla,
+        lambda: packed_cases.packed_samples(),
+        decode_compare,
+        lambda: packed_cases.packed_errors(),
     ),
 ]
 

@@ -18,6 +18,7 @@ from mla_oracles import (
     quantized,
     sparse_candidates,
 )
+from packed_cases import packed_oracle, packed_pool
 
 import flashinfer
 import flashinfer.decode
@@ -127,18 +128,27 @@ def test_d4_vllm_mtp_per_token_limit(seed):
     )  # fmt: skip
 
 
-def test_d5_packed_cache_is_a_clear_error():
-    tokens, heads = 2, 4
-    cache = torch.zeros(3, 64, 656, dtype=torch.uint8)
-    with pytest.raises(NotImplementedError, match="656-byte"):
-        flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
-            query=torch.zeros(tokens, 1, heads, 576, dtype=torch.bfloat16), kv_cache=cache.view(torch.uint8).unsqueeze(1),
-            workspace_buffer=torch.zeros(64, dtype=torch.int8), qk_nope_head_dim=128, kv_lora_rank=512,
-            qk_rope_head_dim=64, block_tables=torch.zeros(tokens, 1, 2048, dtype=torch.int32), seq_lens=None,
-            max_seq_len=2048, out=torch.empty(tokens, 1, heads, 512, dtype=torch.bfloat16), bmm1_scale=SCALING,
-            bmm2_scale=1.0, sparse_mla_top_k=2048, kv_scale_format="pow2_fp32",
-            lse=torch.empty(tokens, 1, heads), return_lse=True,
-        )  # fmt: skip
+def test_d5_vllm_sm120_packed_cache():
+    """vLLM's SM120 backend: bf16 [T, 1, H, 576], the fp8_ds_mla cache viewed as uint8 and
+    unsqueezed, seq_lens None, out and a [T, 1, H] LSE given, pow2 scales."""
+    tokens, heads = 3, 4
+    rows, keys = packed_pool(2 * 64)
+    cache = rows.view(2, 64, 656).view(torch.float8_e4m3fn)  # vLLM keeps it as an fp8 tensor
+    query = (torch.randn(tokens, heads, 576) * 0.5).bfloat16()
+    indices = torch.randint(0, 128, (tokens, 1, TOPK), dtype=torch.int32)
+    indices[1, 0, 100:] = -1
+    out = torch.full((tokens, heads, 512), float("nan"), dtype=torch.bfloat16)
+    lse = torch.full((tokens, heads), float("nan"))
+    result = flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
+        query=query.unsqueeze(1), kv_cache=cache.view(torch.uint8).unsqueeze(1),
+        workspace_buffer=torch.zeros(64, dtype=torch.int8), qk_nope_head_dim=128, kv_lora_rank=512,
+        qk_rope_head_dim=64, block_tables=indices, seq_lens=None, max_seq_len=TOPK, out=out.unsqueeze(1),
+        bmm1_scale=SCALING, bmm2_scale=1.0, sparse_mla_top_k=TOPK, kv_scale_format="pow2_fp32",
+        lse=lse.unsqueeze(1), return_lse=True,
+    )  # fmt: skip
+    assert result[0].data_ptr() == out.data_ptr() and result[1].data_ptr() == lse.data_ptr()
+    expected_out, expected_lse = packed_oracle(query.unsqueeze(1), keys, indices, None, SCALING, None)
+    assert_decode_close(out.unsqueeze(1), lse.unsqueeze(1), expected_out, expected_lse)
 
 
 def _dense_call(bs, q_len, heads, page_size, dtype, seq_lens, width, bmm1=SCALING, bmm2=1.0):

@@ -5,14 +5,17 @@ the kernel modules are imported inside the tests, after this file has run. Shoul
 test of the session have imported them compiled, the ``kernels`` fixture drops them from
 ``sys.modules`` so they are decorated again under the interpreter.
 
-Two bugs of the interpreter (Triton 3.9) are patched for these tests; neither touches a GPU run:
+Four bugs of the interpreter are patched for these tests; none touches a GPU run:
 
 - it stores bfloat16 as raw uint16 bits and ``tl.dot`` multiplies those bits as integers:
   :func:`_patch_bf16_dot` upcasts bfloat16 operands to float32 first, as the tensor cores do;
 - its float -> FP8 conversion rounds half up and drops the carry of a mantissa that rounds up
-  into the next binade (7.8 becomes 4.0 in e4m3) and maps NaN to a finite value:
-  :func:`_patch_fp8_conversion` converts with PyTorch's round-to-nearest-even instead, as the
-  GPU's ``cvt.rn`` does.
+  into the next binade (7.8 becomes 4.0 in e4m3) and maps NaN to a finite value, and its
+  float32 -> bfloat16 cast truncates: :func:`_patch_float_conversion` converts both with
+  PyTorch's round-to-nearest-even instead, as the GPU's ``cvt.rn`` does;
+- its scalars are one-element arrays, which ``range(start, end)`` in a kernel turns into ints
+  with ``int(array)``: NumPy 2.4 refuses that for arrays of one dimension (Triton 3.6's
+  interpreter with NumPy 2.4), so :func:`_patch_scalar_index` converts with ``.item()``.
 """
 
 import importlib
@@ -47,28 +50,49 @@ def _patch_bf16_dot():
     builder.create_dot = create_dot_bf16
 
 
-def _patch_fp8_conversion():
+def _patch_float_conversion():
     import numpy as np
     import torch
     import triton.language as tl
     from triton.runtime import interpreter
 
     convert = interpreter._convert_float
-    if getattr(convert, "rounds_fp8", False):
+    if getattr(convert, "rounds_to_nearest", False):
         return
-    fp8_types = {tl.float8e4nv: torch.float8_e4m3fn, tl.float8e5: torch.float8_e5m2}
+    narrow_types = {
+        tl.float8e4nv: torch.float8_e4m3fn,
+        tl.float8e5: torch.float8_e5m2,
+        tl.bfloat16: torch.bfloat16,
+    }
     wide_types = {tl.float32: torch.float32, tl.float16: torch.float16, tl.bfloat16: torch.bfloat16}
     same_width_int = {32: np.int32, 16: np.int16}
+    narrow_bits = {8: torch.uint8, 16: torch.int16}
 
-    def convert_fp8(input, input_dtype, output_dtype, rounding_mode):
-        if output_dtype not in fp8_types or input_dtype not in wide_types:
+    def convert_rounding(input, input_dtype, output_dtype, rounding_mode):
+        narrowing = output_dtype.primitive_bitwidth < input_dtype.primitive_bitwidth
+        if not narrowing or output_dtype not in narrow_types or input_dtype not in wide_types:
             return convert(input, input_dtype, output_dtype, rounding_mode)
         bits = np.ascontiguousarray(input).view(same_width_int[input_dtype.primitive_bitwidth])
-        values = torch.from_numpy(bits).view(wide_types[input_dtype])
-        return values.to(fp8_types[output_dtype]).view(torch.uint8).numpy()
+        values = torch.from_numpy(bits).view(wide_types[input_dtype]).to(narrow_types[output_dtype])
+        return values.view(narrow_bits[output_dtype.primitive_bitwidth]).numpy()
 
-    convert_fp8.rounds_fp8 = True
-    interpreter._convert_float = convert_fp8
+    convert_rounding.rounds_to_nearest = True
+    interpreter._convert_float = convert_rounding
+
+
+def _patch_scalar_index():
+    from triton.runtime import interpreter
+
+    patch_tensor = interpreter._patch_lang_tensor
+    if getattr(patch_tensor, "indexes_by_item", False):
+        return
+
+    def patch_tensor_by_item(tensor, scope):
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
+
+    patch_tensor_by_item.indexes_by_item = True
+    interpreter._patch_lang_tensor = patch_tensor_by_item
 
 
 # kernel module -> its kernel, whose type tells whether it was decorated under the interpreter
@@ -82,7 +106,8 @@ KERNELS = {
 def kernels():
     """``(rope_quantize, mla_decode)`` kernel modules, decorated under the interpreter."""
     _patch_bf16_dot()
-    _patch_fp8_conversion()
+    _patch_float_conversion()
+    _patch_scalar_index()
     for name, kernel in KERNELS.items():
         module = sys.modules.get(name)
         if module is not None and type(getattr(module, kernel)).__name__ != "InterpretedFunction":

@@ -3,7 +3,8 @@
 This is not MATE and says nothing about MUSA hardware. It has MATE 0.2.6's module layout and
 function signatures (``mate.gemm.bmm``, ``mate.gemm.ragged_m_moe_gemm_8bit``,
 ``mate.gemm.masked_moe_gemm_8bit``, ``mate.sparse_mla_interface.mla_rope_quantize_fp8``,
-``sparse_mla_fp8_decode``, ``get_batch_decode_metadata_mla``), enforces the argument rules the
+``sparse_mla_fp8_decode``, ``get_batch_decode_metadata_mla``, ``mate.flashmla.get_mla_metadata``,
+``flash_mla_with_kvcache`` for the packed 656-byte cache), enforces the argument rules the
 spec documents for them (0-dim tensor scales, layout and dtype checks, natural-log LSE, ...),
 computes in float64 on whatever device the tensors are on, and records every call in
 :data:`CALLS` so tests can assert how the adapter mapped its arguments and that it passed

@@ -104,11 +104,6 @@ def check_query_and_cache(query, kv_cache, head_dim: int, compact: bool) -> None
     """Query ``[B, q_len, H, D]`` (``[total_q, H, D]`` compact) and a cache of the same dtype."""
     check_tensor(query, "query")
     check_tensor(kv_cache, "kv_cache")
-    if kv_cache.dtype == torch.uint8:
-        raise NotImplementedError(
-            "a packed uint8 kv_cache (the 656-byte fp8_ds_mla rows of the SM120 `sparse` backend) is not "
-            "served by this build; pass 576-wide bfloat16 or float8_e4m3fn cache rows"
-        )
     want = 3 if compact else 4
     if query.dim() != want:
         shape = (

@@ -23,7 +23,7 @@ from .._core.constants import FP8_TENSOR_CORE_CAPABILITY
 from .._core.kernel_tier import gluon_supported, use_gluon
 from ..utils import get_compute_capability, get_device_sm_count
 
-__all__ = ["decode_plan", "dense_decode", "rope_quantize", "sparse_decode"]
+__all__ = ["decode_plan", "dense_decode", "packed_sparse_decode", "rope_quantize", "sparse_decode"]
 
 # the Gluon decode kernel's widths: 512 latent + 64 rope dims
 GLUON_DECODE_DIMS = (512, 576)
@@ -140,6 +140,18 @@ def sparse_decode(
     kernel.mla_decode(
         query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, workspace, kernel_plan,
         0, kv.shape[0], kv.stride(0), 0,
+    )  # fmt: skip
+
+
+def packed_sparse_decode(query, kv, indices, lengths, bmm1_scale, sinks, out, lse, plan, workspace) -> None:
+    """Sparse MLA decode over the packed 656-byte rows, read and dequantized inside the portable
+    kernel (its ``PACKED`` mode; bf16 dots, so any GPU Triton supports runs it). The Gluon tier
+    has no packed mode yet."""
+    if plan is None:
+        plan = decode_plan(*query.shape[:3], indices.shape[-1], query.device)
+    _kernels()[1].mla_decode(
+        query, kv, indices, lengths, bmm1_scale, 1.0, sinks, out, lse, workspace, plan.portable,
+        0, kv.shape[0], kv.stride(0), 0, packed=True, length_mode=2 if lengths is None else 1,
     )  # fmt: skip
 
 

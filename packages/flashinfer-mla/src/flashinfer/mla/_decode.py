@@ -14,6 +14,7 @@ from .._core.checks import check_tensor, fail
 from . import _checks
 from ._dispatch import DISPATCH
 from ._metadata import DecodeMetadata, metadata_config
+from ._packed_decode import packed_decode
 
 __all__ = ["trtllm_batch_decode_with_kv_cache_mla"]
 
@@ -65,6 +66,11 @@ def trtllm_batch_decode_with_kv_cache_mla(
         ``[num_pages, page_size, D]`` or ``[num_pages, 1, page_size, D]``, last dim contiguous.
         Row ``[ckv (kv_lora_rank) | kpe]`` is K; its first ``kv_lora_rank`` values are V. Sparse
         mode views it, without a copy, as the flat pool ``[num_pages * page_size, D]``.
+        **Packed form** (upstream's ``sparse`` backend): a uint8 cache of 656-byte rows,
+        ``[num_pages, page_size, 656]`` or ``[num_pages, 1, page_size, 656]`` (512 e4m3 latent
+        values, 4 float32 scales one per 128 of them, 64 bfloat16 RoPE values; see
+        ``flashinfer.mla._packed_cache``), with a bfloat16 query of width 576, 512/64 dims,
+        ``sparse_mla_top_k > 0`` and ``bmm2_scale == 1.0``. Its rules are in the Notes.
     workspace_buffer : torch.Tensor
         The caller's scratch bytes (int8/uint8, zeroed or not). Implementations may use it.
     qk_nope_head_dim : int
@@ -94,8 +100,11 @@ def trtllm_batch_decode_with_kv_cache_mla(
         ``[num_heads]`` float32 logits; each adds ``exp(sink)`` to its head's softmax denominator.
     skip_softmax_threshold_scale_factor : float, optional
         Must be None in sparse mode; accepted and ignored (exact softmax) in dense mode.
-    enable_pdl, is_var_seq, cute_dsl_impl, kv_scale_format : optional
+    enable_pdl, is_var_seq, cute_dsl_impl : optional
         Accepted for compatibility; no effect on results.
+    kv_scale_format : str
+        Packed form only: ``auto``/``pow2_fp32`` (power-of-two scales) or ``arbitrary_fp32``;
+        both dequantize ``value * scale``. Any other name raises ``ValueError``.
     backend : str
         ``auto``, ``trtllm-gen``, ``cute-dsl``, ``xqa`` or ``sparse``: every name runs this
         device's implementation (see the README).
@@ -140,14 +149,25 @@ def trtllm_batch_decode_with_kv_cache_mla(
     RuntimeError
         ``sparse_mla_top_k`` not a multiple of 4.
     NotImplementedError
-        ``enable_dcp=True``, separate K/V page tables, a packed 656-byte uint8 cache.
+        ``enable_dcp=True``, separate K/V page tables (576-wide form).
 
     Notes
     -----
     Sparse entries that are negative or ``>= num_pages * page_size`` are ignored and never read,
     wherever they sit among the first ``n`` positions. A token with no valid key gets out 0 and
     LSE +inf. Nothing is synchronized with the host, so the call can be graph-captured.
+
+    The packed form follows upstream's ``sparse`` backend: ``seq_lens`` is None (every column
+    active) or one active top-k length per query token, ``[batch, q_len]`` or
+    ``[batch * q_len]`` (a ``[batch]`` tensor is ignored when ``q_len > 1``), with no causal
+    shift; ``bmm1_scale`` is a float; its LSE includes the sinks' mass and is ``-inf`` for a
+    token with no valid key (the sink's value with sinks); the cache must be viewable as the
+    flat ``[num_pages * page_size, 656]`` pool and start on a 16-byte boundary.
     """
+    if isinstance(kv_cache, torch.Tensor) and kv_cache.dtype == torch.uint8:
+        # upstream's `sparse` backend form (656-byte packed FP8 rows): its own rules, see
+        # _packed_decode; locals() is exactly this call's arguments here
+        return packed_decode(**locals())
     compact = cum_seq_lens_q is not None
     _checks.check_options(
         kv_lora_rank, qk_rope_head_dim, sparse_mla_top_k, skip_softmax_threshold_scale_factor, backend,

@@ -2,9 +2,9 @@
 
 ``DISPATCH.module(device)`` returns ``flashinfer.mla._reference``, ``._cuda`` or ``._mate``
 (:mod:`flashinfer._core.dispatch`); each has ``rope_quantize``, ``decode_plan``,
-``sparse_decode`` and ``dense_decode`` with the normalized arguments of ``docs/internals.md``.
-``ROUTES`` (with the backend tables' rules) is the one description of what runs where: the README's tables and
-``python -m flashinfer show-config`` are generated from it.
+``sparse_decode``, ``packed_sparse_decode`` and ``dense_decode`` with the normalized arguments
+of ``docs/internals.md``. ``ROUTES`` (with the backend tables' rules) is the one description of
+what runs where: the README's tables and ``python -m flashinfer show-config`` are generated from it.
 """
 
 from __future__ import annotations
@@ -48,6 +48,12 @@ ROUTES = {
         "capability 8.9 and for float16",
         "mate": "mate sparse_mla_fp8_decode for FP8 e4m3, dims 512/64, float bmm1_scale; the reference "
         "for BF16 and tensor bmm1_scale",
+    },
+    "trtllm_batch_decode_with_kv_cache_mla (sparse on the packed 656-byte cache)": {
+        "reference": "PyTorch, float32 math on the dequantized rows",
+        "cuda": "Triton split-K MLA decode, packed mode (FP8 rows dequantized in registers)",
+        "mate": "mate.flashmla flash_mla_with_kvcache (FlashMLA's sparse FP8 decode); the reference "
+        "without it",
     },
     "trtllm_batch_decode_with_kv_cache_mla (dense)": {
         "reference": "PyTorch, float32 math, chunked online softmax",

@@ -18,9 +18,14 @@ Conversions between FlashInfer's contract and MATE's, done here and nowhere else
 - A tensor ``bmm2_scale`` is applied after the kernel; a strided ``out``/``lse`` goes through a
   contiguous scratch and a copy.
 - Only FlashInfer v0.6.16's keywords plus ``metadata=`` are forwarded (MATE rejects the rest).
+
+The packed 656-byte cache goes to ``mate.flashmla.flash_mla_with_kvcache`` (FlashMLA's sparse
+FP8 decode; see :func:`packed_sparse_decode`).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -29,6 +34,7 @@ from .._core.constants import FP8_NAN_BITS, LOG2E
 from . import _reference
 
 MODULE = "mate.sparse_mla_interface"
+FLASHMLA = "mate.flashmla"
 # MATE's kernel shape: 64 heads per CTA, index rows in 64-slot blocks, 512 + 64 head dims.
 HEAD_BLOCK = 64
 TOPK_BLOCK = 64
@@ -40,11 +46,11 @@ QK_NOPE_HEAD_DIM = 128
 dense_decode = _reference.dense_decode
 
 
-def _function(name: str, op: str):
+def _function(name: str, op: str, module: str = MODULE):
     """MATE's function, None if this MATE lacks it; LibraryError if MATE is missing/unrelated."""
-    fn = mate_loader.find_function(MODULE, name)
+    fn = mate_loader.find_function(module, name)
     if fn is None and mate_loader.mate_version() is None:
-        mate_loader.require_function(MODULE, name, op)
+        mate_loader.require_function(module, name, op)
     return fn
 
 
@@ -223,3 +229,70 @@ def sparse_decode(query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, o
         lse_rows = mate_lse[:, :heads].mul_(LOG2E)
         if not direct_lse:
             lse.copy_(lse_rows.view(batch, q_len, heads))
+
+
+def packed_sparse_decode(query, kv, indices, lengths, bmm1_scale, sinks, out, lse, plan, workspace):
+    """``mate.flashmla.flash_mla_with_kvcache`` (FlashMLA's sparse FP8 decode) on the packed rows.
+
+    MATE's FlashMLA entry point takes exactly this cache (BF16 query, 656-byte rows, int32 slot
+    indices, one ``topk_length`` per batch row) but allocates its outputs, takes 64-head blocks
+    and top-k in 64-slot blocks, and returns a natural-log LSE of ``[B, H, q_len]`` that excludes
+    the sinks and is +inf for an empty row. The call is flattened to one query token per row
+    (views) so that ``topk_length`` is per token; lengths are clamped to ``[0, topk]`` (MATE
+    would read past a row for a longer one); heads are zero-padded to a multiple of 64 and the
+    indices -1-padded to one of 64 when needed (copies); the output is copied into ``out`` and
+    the LSE converted (base 2, sinks added, -inf when empty). The scheduler metadata is built
+    per call for full-length rows (``topk_length`` not given to it), so it does not depend on
+    the lengths; ``plan`` (the 576-wide decode's metadata) is not used. Without this entry
+    point the reference runs.
+    """
+    op = "trtllm_batch_decode_with_kv_cache_mla"
+    fn = _function("flash_mla_with_kvcache", op, FLASHMLA)
+    metadata_fn = _function("get_mla_metadata", op, FLASHMLA)
+    if fn is None or metadata_fn is None:
+        _reference.packed_sparse_decode(
+            query, kv, indices, lengths, bmm1_scale, sinks, out, lse, plan, workspace
+        )
+        return
+    batch, q_len, heads, dim = query.shape
+    rows, topk = batch * q_len, indices.shape[-1]
+    padded_heads = -(-heads // HEAD_BLOCK) * HEAD_BLOCK
+    padded_topk = -(-topk // TOPK_BLOCK) * TOPK_BLOCK
+    mate_query = query.view(rows, 1, heads, dim)
+    mate_sinks = sinks
+    if padded_heads != heads:
+        mate_query = query.new_zeros((rows, 1, padded_heads, dim))
+        mate_query[:, :, :heads] = query.view(rows, 1, heads, dim)
+        if sinks is not None:  # a -inf sink adds nothing
+            mate_sinks = torch.full((padded_heads,), -math.inf, device=query.device)
+            mate_sinks[:heads] = sinks
+    mate_indices = indices.view(rows, 1, topk)
+    if padded_topk != topk:
+        mate_indices = torch.full((rows, 1, padded_topk), -1, dtype=torch.int32, device=query.device)
+        mate_indices[..., :topk] = indices.view(rows, 1, topk)
+    topk_length = None if lengths is None else lengths.clamp(0, topk)
+    scheduler, splits = metadata_fn(
+        None, padded_heads, 1, num_heads_q=padded_heads, is_fp8_kvcache=True, topk=padded_topk, q=mate_query
+    )
+    mate_out, mate_lse = fn(
+        mate_query,
+        kv.view(kv.shape[0], 1, 1, kv.shape[1]),
+        None,
+        None,
+        NOPE,
+        scheduler,
+        splits,
+        softmax_scale=bmm1_scale,
+        causal=False,
+        is_fp8_kvcache=True,
+        indices=mate_indices,
+        attn_sink=mate_sinks,
+        topk_length=topk_length,
+    )
+    out.copy_(mate_out[:, 0, :heads].view(batch, q_len, heads, NOPE))
+    if lse is not None:
+        lse_nat = mate_lse[:, :heads, 0]  # [rows, H]
+        lse2 = torch.where(lse_nat == math.inf, -math.inf, lse_nat) * LOG2E
+        if sinks is not None:
+            lse2 = torch.logaddexp2(lse2, sinks * LOG2E)
+        lse.copy_(lse2.view(batch, q_len, heads))

@@ -1,7 +1,8 @@
 """Reference implementation of the MLA ops: plain PyTorch, float32 math, any device.
 
 It is what runs on CPU, what the MATE adapter uses for calls MATE cannot take (BF16 and dense
-decode, tensor ``bmm1_scale``, RoPE shapes outside MATE's kernel), and what
+decode, tensor ``bmm1_scale``, RoPE shapes outside MATE's kernel, a packed-cache decode without
+MATE's FlashMLA entry point), and what
 ``FLASHINFER_FORCE_REFERENCE=1`` selects everywhere. Arguments follow ``docs/internals.md``.
 
 Every gather is clamp-then-mask: an index, page id or position that is out of range is replaced
@@ -17,6 +18,7 @@ import math
 import torch
 
 from .._core.constants import FP8_MAX, LOG2E
+from ._packed_cache import unpack_rows
 
 # Upper bound on the float32 scratch one decode chunk gathers (keys x head dim + scores).
 _CHUNK_BYTES = 64 << 20
@@ -94,19 +96,35 @@ def decode_plan(batch, q_len, heads, topk, device):
 
 def sparse_decode(query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, plan, workspace):
     """Sparse MLA decode over per-token physical slot lists (docs/internals.md)."""
-    batch, q_len, heads, _ = query.shape
+    limit = _token_limits(seq_lens, query.shape[1]).clamp(max=indices.shape[-1])
+    keys = _slot_keys(indices, limit, kv.shape[0])
+    _attend(query, kv, keys, indices.shape[-1], bmm1_scale, bmm2_scale, sinks, out, lse)
+
+
+def packed_sparse_decode(query, kv, indices, lengths, bmm1_scale, sinks, out, lse, plan, workspace):
+    """Sparse MLA decode over the packed 656-byte rows: dequantize each gathered row, then the
+    576-wide math with upstream's ``sparse``-backend LSE (docs/internals.md)."""
+    rows, topk = query.shape[0] * query.shape[1], indices.shape[-1]
+    if lengths is None:
+        limit = torch.full((rows,), topk, device=query.device)
+    else:
+        limit = lengths.long().clamp(max=topk)
+    keys = _slot_keys(indices, limit, kv.shape[0])
+    _attend(query, kv, keys, topk, bmm1_scale, 1.0, sinks, out, lse, unpack=unpack_rows, sink_in_lse=True)
+
+
+def _slot_keys(indices, limit, num_slots):
+    """``keys`` for :func:`_attend`: row r takes list positions ``< limit[r]`` holding a slot in range."""
     topk = indices.shape[-1]
-    rows = batch * q_len
-    limit = _token_limits(seq_lens, q_len).clamp(max=topk)
-    flat_indices = indices.reshape(rows, topk)
-    positions = torch.arange(topk, device=query.device)
+    flat_indices = indices.reshape(-1, topk)
+    positions = torch.arange(topk, device=indices.device)
 
     def keys(r0, r1, k0, k1):
         slot = flat_indices[r0:r1, k0:k1].long()
-        valid = (positions[k0:k1] < limit[r0:r1, None]) & (slot >= 0) & (slot < kv.shape[0])
+        valid = (positions[k0:k1] < limit[r0:r1, None]) & (slot >= 0) & (slot < num_slots)
         return (slot,), valid
 
-    _attend(query, kv, keys, topk, bmm1_scale, bmm2_scale, sinks, out, lse)
+    return keys
 
 
 def dense_decode(query, kv_pages, block_tables, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, workspace):
@@ -141,12 +159,15 @@ def _token_limits(seq_lens: torch.Tensor, q_len: int) -> torch.Tensor:
     return (seq_lens.long()[:, None] - back).reshape(-1)
 
 
-def _attend(query, kv, keys, num_keys, bmm1_scale, bmm2_scale, sinks, out, lse) -> None:
+def _attend(query, kv, keys, num_keys, bmm1_scale, bmm2_scale, sinks, out, lse, unpack=None,
+            sink_in_lse=False) -> None:  # fmt: skip
     """Softmax attention of every query row over the keys that ``keys`` selects.
 
     ``keys(r0, r1, k0, k1)`` returns ``(index, valid)`` for query rows ``r0:r1`` and key positions
     ``k0:k1``: ``index`` is a tuple of ``(r1 - r0, k1 - k0)`` tensors indexing the leading dims of
     ``kv`` (a flat pool or pages), ``valid`` a mask; invalid entries are replaced before the gather.
+    ``unpack`` turns gathered rows into float32 K rows (default: a cast). ``sink_in_lse`` selects
+    the packed form's LSE: sinks included, ``-inf`` for a row with no key.
     """
     batch, q_len, heads, dim = query.shape
     rows = batch * q_len
@@ -166,7 +187,7 @@ def _attend(query, kv, keys, num_keys, bmm1_scale, bmm2_scale, sinks, out, lse) 
             index, valid = keys(r0, r1, k0, k1)
             # Zero the stand-in rows too: 0 * NaN from uninitialised cache memory would leak.
             k = safe_kv[tuple(torch.where(valid, i, 0) for i in index)]
-            k = k.float().masked_fill(~valid[..., None], 0.0)
+            k = (k.float() if unpack is None else unpack(k)).masked_fill(~valid[..., None], 0.0)
             scores = torch.einsum("rhd,rkd->rhk", q, k) * bmm1_scale
             scores = scores.masked_fill(~valid[:, None, :], -math.inf)
             new_best = torch.maximum(best, scores.amax(-1))
@@ -184,6 +205,10 @@ def _attend(query, kv, keys, num_keys, bmm1_scale, bmm2_scale, sinks, out, lse) 
             gate = torch.sigmoid(torch.where(empty, -math.inf, lse_nat) - sinks.float())
             result = result * gate[..., None]
         result = result * bmm2_scale
+        if sink_in_lse:  # log(sum_j exp(s_j) + exp(sink)); log(0) = -inf for a row with no key
+            lse_nat = torch.where(empty, -math.inf, lse_nat)
+            if sinks is not None:
+                lse_nat = torch.logaddexp(lse_nat, sinks.float())
         # Rows r0:r1 as (request, token) pairs: works for any strides of `out` and `lse`.
         row = torch.arange(r0, r1, device=q.device)
         out[row // q_len, row % q_len] = result.to(out.dtype)

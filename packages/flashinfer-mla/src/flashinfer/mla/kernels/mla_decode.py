@@ -18,6 +18,16 @@ Layout
 - ``out (B, q_len, H, D_V)`` bf16 with its own strides; ``lse (B, q_len, H)`` float32 view,
   base 2, without the sinks. Rows with nothing to attend: ``out = 0``, ``lse = +inf``.
 
+Packed mode (``PACKED``, upstream's ``sparse`` backend form): the pool rows are the 656-byte
+rows of ``flashinfer.mla._packed_cache`` (uint8: 512 e4m3 latent values, 4 float32 scales, 64
+bf16 RoPE values) and the query is bf16. Each latent half is loaded as FP8 codes, multiplied by
+its two 128-value blocks' float32 scales and rounded to bf16 in registers, then serves both the
+QK^T and the PV dot (FlashMLA's scheme: no dequantized copy of the cache ever exists); RoPE
+values are loaded as bf16. The launch also sets ``LENGTH_MODE = 1`` (``lengths[b * q_len + t]``
+per query token) or ``2`` (no lengths: the whole list) instead of the causal ``0``, and
+``SINK_IN_LSE``: the LSE is ``log2(sum_j 2^s_j + 2^sink)``, ``-inf`` for a token with no key.
+These three constexprs and :func:`_packed_latent_half` are all a sibling kernel needs to mirror.
+
 Math: ``s_j = bmm1 * <q, K_j>`` in the exp2 domain (``bmm1 * log2(e)``), online softmax over
 ``BLOCK_N`` keys at a time, ``out = bmm2 * sum_j p_j V_j / (sum_j p_j + exp(sink_h))``.
 
@@ -92,12 +102,37 @@ def decode_config(heads: int, fp8: bool) -> DecodeConfig:
     return DecodeConfig(16, 32 if fp8 else 64, num_warps=4, num_stages=3, programs_per_sm=2, upcast_qk=fp8)
 
 
+def packed_decode_config(heads: int) -> DecodeConfig:
+    """The tile shape of the packed mode (bf16 query, 656-byte rows dequantized in registers)."""
+    # Not timed yet: chosen from an offline sm_90 compile (Triton 3.6), where the bf16 tiles'
+    # 64-key steps spill about 2 KB a thread in this mode (the FP8 codes, their float32 products
+    # and the bf16 K of a half are live at once) and 32-key steps 0.1-0.3 KB.
+    if heads > 32:
+        return DecodeConfig(64, 32, num_warps=8, num_stages=3, programs_per_sm=1)
+    if heads > 16:
+        return DecodeConfig(32, 32, num_warps=8, num_stages=3, programs_per_sm=2)
+    return DecodeConfig(16, 32, num_warps=4, num_stages=3, programs_per_sm=2)
+
+
 @triton.jit
 def _load_q(ptrs, offs, head_ok, UPCAST_QK: tl.constexpr):
     q = tl.load(ptrs + offs[None, :], mask=head_ok[:, None], other=0.0)
     if UPCAST_QK:
         q = q.to(tl.bfloat16)
     return q
+
+
+@triton.jit
+def _packed_latent_half(row_ptr, dh, valid, HALF: tl.constexpr, D_V: tl.constexpr):
+    """Latent values ``HALF * D_V/2 ..`` of packed rows as bf16: each e4m3 code times the float32
+    scale of its 128-value block (the scales sit right after the ``D_V`` codes)."""
+    tl.static_assert(D_V == 512, "packed rows hold 512 latent values in four 128-value blocks")
+    codes = tl.load(row_ptr[:, None] + HALF * (D_V // 2) + dh[None, :], mask=valid[:, None], other=0)
+    scales = (row_ptr + D_V).to(tl.pointer_type(tl.float32)) + 2 * HALF  # this half's two blocks
+    first = tl.load(scales, mask=valid, other=0.0)
+    second = tl.load(scales + 1, mask=valid, other=0.0)
+    scale = tl.where(dh[None, :] < D_V // 4, first[:, None], second[:, None])
+    return (codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale).to(tl.bfloat16)
 
 
 @triton.jit
@@ -155,6 +190,9 @@ def mla_decode_kernel(
     SCALE1_ON_DEVICE: tl.constexpr,
     SCALE2_ON_DEVICE: tl.constexpr,
     UPCAST_QK: tl.constexpr,
+    PACKED: tl.constexpr,
+    LENGTH_MODE: tl.constexpr,
+    SINK_IN_LSE: tl.constexpr,
 ):
     # program -> (head block, split, query token): head blocks of one chunk are neighbours, so
     # the second gather of the same rows hits L2
@@ -167,7 +205,12 @@ def mla_decode_kernel(
     token = row % q_len
 
     # this token's list length, cut into num_splits chunks of whole BLOCK_N steps
-    n = tl.load(seq_lens_ptr + batch) - (q_len - 1 - token)
+    if LENGTH_MODE == 0:  # FlashInfer: the request's KV length, shifted for earlier tokens
+        n = tl.load(seq_lens_ptr + batch) - (q_len - 1 - token)
+    elif LENGTH_MODE == 1:  # one length per query token
+        n = tl.load(seq_lens_ptr + row)
+    else:
+        n = list_width
     n = tl.maximum(tl.minimum(n, list_width), 0)
     chunk = tl.cdiv(tl.cdiv(n, num_splits), BLOCK_N) * BLOCK_N
     start = split * chunk
@@ -210,12 +253,20 @@ def mla_decode_kernel(
             valid = in_range & (slot >= 0) & (slot < num_kv_rows)
             kv_off = slot.to(tl.int64) * stride_kv_row
         kv_row = kv_ptr + kv_off[:, None]
-        k_lo = tl.load(kv_row + dh[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, D_V / 2]
-        k_hi = tl.load(kv_row + D_V // 2 + dh[None, :], mask=valid[:, None], other=0.0)
+        if PACKED:
+            k_lo = _packed_latent_half(kv_ptr + kv_off, dh, valid, 0, D_V)
+            k_hi = _packed_latent_half(kv_ptr + kv_off, dh, valid, 1, D_V)
+        else:
+            k_lo = tl.load(kv_row + dh[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, D_V / 2]
+            k_hi = tl.load(kv_row + D_V // 2 + dh[None, :], mask=valid[:, None], other=0.0)
         s = _scores(q_lo, k_lo, None, UPCAST_QK)
         s = _scores(q_hi, k_hi, s, UPCAST_QK)
         if D_ROPE > 0:
-            k_rope = tl.load(kv_row + D_V + dr[None, :], mask=valid[:, None], other=0.0)
+            if PACKED:  # bf16 values after the codes and the four scales
+                rope_row = (kv_row + D_V + 4 * (D_V // 128)).to(tl.pointer_type(tl.bfloat16))
+            else:
+                rope_row = kv_row + D_V
+            k_rope = tl.load(rope_row + dr[None, :], mask=valid[:, None], other=0.0)
             s = _scores(q_rope, k_rope, s, UPCAST_QK)
         s = tl.where(valid[None, :], s * scale_log2, float("-inf"))
 
@@ -247,7 +298,13 @@ def mla_decode_kernel(
         tl.store(o_row + dh[None, :], (acc_lo * o_scale).to(o_type), mask=head_ok[:, None])
         tl.store(o_row + D_V // 2 + dh[None, :], (acc_hi * o_scale).to(o_type), mask=head_ok[:, None])
         if HAS_LSE:
-            lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
+            if SINK_IN_LSE:
+                some = denom > 0.0
+                lse = tl.where(
+                    some, tl.where(seen, m_i, 0.0) + tl.log2(tl.where(some, denom, 1.0)), float("-inf")
+                )
+            else:
+                lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
             tl.store(lse_ptr + batch * stride_lb + token * stride_lt + heads * stride_lh, lse, mask=head_ok)
     else:
         # partials: [num_splits, rows * H, D_V] outputs, then [num_splits, rows * H] LSEs,
@@ -286,6 +343,7 @@ def mla_combine_kernel(
     HAS_SINKS: tl.constexpr,
     HAS_LSE: tl.constexpr,
     SCALE2_ON_DEVICE: tl.constexpr,
+    SINK_IN_LSE: tl.constexpr,
 ):
     # one program per (query token, head): out = sum_s 2^lse_s o_s / (sum_s 2^lse_s + sink)
     part_row = tl.program_id(0).to(tl.int64)  # (b * q_len + t) * H + h
@@ -321,7 +379,11 @@ def mla_combine_kernel(
     o_row = out_ptr + batch * stride_ob + token * stride_ot + head * stride_oh
     tl.store(o_row + dv, o.to(out_ptr.dtype.element_ty))
     if HAS_LSE:
-        lse = tl.where(seen, m_ref + tl.log2(tl.where(seen, total, 1.0)), float("inf"))
+        if SINK_IN_LSE:
+            some = denom > 0.0
+            lse = tl.where(some, m_ref + tl.log2(tl.where(some, denom, 1.0)), float("-inf"))
+        else:
+            lse = tl.where(seen, m_ref + tl.log2(tl.where(seen, total, 1.0)), float("inf"))
         tl.store(lse_ptr + batch * stride_lb + token * stride_lt + head * stride_lh, lse)
 
 
@@ -337,12 +399,16 @@ class DecodePlan:
         ``cdiv(heads, config.block_h)``.
     fp8_config, bf16_config : DecodeConfig
         Tile shapes for e4m3 and bf16 operands (the plan is made before the dtype is known).
+    packed_config : DecodeConfig or None
+        Tile shape of the packed mode; None takes ``bf16_config``. Its ``block_h`` must give the
+        same ``head_blocks``.
     """
 
     num_splits: int
     head_blocks: int
     fp8_config: DecodeConfig
     bf16_config: DecodeConfig
+    packed_config: DecodeConfig | None = None
 
 
 # Fewest keys a split is worth: below this, the combine costs more than the parallelism gains.
@@ -364,13 +430,14 @@ def plan_decode(batch: int, q_len: int, heads: int, list_len: int, num_sms: int)
         Multiprocessors of the device.
     """
     fp8_config, bf16_config = decode_config(heads, True), decode_config(heads, False)
+    packed_config = packed_decode_config(heads)
     head_blocks = ceil_div(heads, fp8_config.block_h)
     programs = batch * q_len * head_blocks
     slots = num_sms * fp8_config.programs_per_sm
     # with at least a wave already, one split writes out directly and skips the combine
     num_splits = max(1, slots // programs) if programs < slots else 1
     num_splits = max(1, min(num_splits, list_len // MIN_KEYS_PER_SPLIT, MAX_SPLITS))
-    return DecodePlan(num_splits, head_blocks, fp8_config, bf16_config)
+    return DecodePlan(num_splits, head_blocks, fp8_config, bf16_config, packed_config)
 
 
 def _workspace_splits(plan_splits: int, part_rows: int, d_v: int, workspace_bytes: int) -> int:
@@ -406,6 +473,9 @@ def mla_decode(
     num_kv_rows,
     stride_kv_row,
     stride_kv_tok,
+    *,
+    packed=False,
+    length_mode=0,
 ):
     """Launch the decode kernel (and the combine when split) on validated arguments.
 
@@ -418,8 +488,8 @@ def mla_decode(
     key_list : torch.Tensor
         int32 ``(B, q_len, topk)`` slot indices (``page_size == 0``) or ``(B, max_pages)``
         block table; rows contiguous.
-    seq_lens : torch.Tensor
-        int32 ``(B,)``.
+    seq_lens : torch.Tensor or None
+        int32 ``(B,)`` (``length_mode`` 0), ``(B * q_len,)`` (1), ignored (2).
     bmm1_scale, bmm2_scale : float or torch.Tensor
         Python floats or 0-dim float32 device tensors.
     sinks : torch.Tensor or None
@@ -438,11 +508,19 @@ def mla_decode(
         ``S`` (slots) or ``P`` (pages): the valid range of list entries.
     stride_kv_row, stride_kv_tok : int
         Element strides of a slot/page and of a token inside a page.
+    packed : bool
+        ``kv`` is the uint8 pool of 656-byte packed rows (bf16 query, ``bmm2_scale`` 1.0); the
+        LSE then includes the sinks and is ``-inf`` for an empty row.
+    length_mode : int
+        How many list entries token ``t`` of request ``b`` considers: 0 ``seq_lens[b] - (q_len - 1
+        - t)``, 1 ``seq_lens[b * q_len + t]``, 2 all of them.
     """
     batch, q_len, heads, dim = query.shape
     d_v = out.shape[-1]
     fp8 = query.element_size() == 1
     config = plan.fp8_config if fp8 else plan.bf16_config
+    if packed and plan.packed_config is not None:
+        config = plan.packed_config
     part_rows = batch * q_len * heads
     num_splits = plan.num_splits
     if num_splits > 1:
@@ -454,6 +532,8 @@ def mla_decode(
     has_lse = lse is not None
     lse_arg = lse if has_lse else out
     lse_strides = lse.stride() if has_lse else (0, 0, 0)
+    if seq_lens is None:  # never read (length_mode 2): any int32 tensor stands in
+        seq_lens = key_list
     sinks_arg = sinks if has_sinks else seq_lens
     _DECODE.launch(
         (batch * q_len * plan.head_blocks * num_splits,),
@@ -467,7 +547,7 @@ def mla_decode(
         BLOCK_H=config.block_h, BLOCK_N=config.block_n, SPLIT=num_splits > 1,
         HAS_SINKS=has_sinks, HAS_LSE=has_lse,
         SCALE1_ON_DEVICE=scale1_on_device, SCALE2_ON_DEVICE=scale2_on_device,
-        UPCAST_QK=fp8 and config.upcast_qk,
+        UPCAST_QK=fp8 and config.upcast_qk, PACKED=packed, LENGTH_MODE=length_mode, SINK_IN_LSE=packed,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if num_splits > 1:
@@ -476,6 +556,6 @@ def mla_decode(
             workspace, workspace_pad, sinks_arg, scale2, out, lse_arg, heads, q_len, num_splits,
             *out.stride()[:3], *lse_strides,
             D_V=d_v, SPLITS_POW2=next_positive_power_of_2(num_splits),
-            HAS_SINKS=has_sinks, HAS_LSE=has_lse, SCALE2_ON_DEVICE=scale2_on_device,
+            HAS_SINKS=has_sinks, HAS_LSE=has_lse, SCALE2_ON_DEVICE=scale2_on_device, SINK_IN_LSE=packed,
             num_warps=4,
         )  # fmt: skip
