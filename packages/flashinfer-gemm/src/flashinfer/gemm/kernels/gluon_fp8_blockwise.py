@@ -77,9 +77,7 @@ CONTIGUOUS = gl.constexpr(1)
 MASKED = gl.constexpr(2)
 E4M3_MAX = gl.constexpr(448.0)
 BLOCK_K = 128  # one scale block of K a step: the wgmma accumulator never spans two
-SCALE_BLOCK_N = 128
 SUB_M = gl.constexpr(64)  # rows of one warpgroup's wgmma
-SHARED_MEMORY_BYTES = 227 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,17 +142,16 @@ def pick_config(layout: int, rows: int, n: int, tiles_m: int, num_sms: int, out_
     """The tile for ``rows`` rows per group (``tiles_m`` 128-row tiles in all) and ``n`` columns.
 
     A first rule from tile counts (the H200 probe ``benchmarks/gluon_gemm_probe.py`` times the
-    alternatives): m <= 64 takes the widest 64-row tile that still gives every multiprocessor a
-    tile (those GEMMs are bound by reading B); otherwise the largest tile that does. Grouped
-    layouts keep 128-row tiles (DeepGEMM aligns groups to 128 rows).
+    alternatives). m <= 64 is bound by reading B: it takes the 64-row tile whose busiest
+    multiprocessor reads the fewest B rows (waves x width; the wider on ties). Larger m takes the
+    largest tile that still gives every multiprocessor a tile; grouped layouts keep 128-row tiles
+    (DeepGEMM aligns groups to 128 rows).
     """
     if out_fp8:
         return FP8_OUTPUT
     if rows <= SUB_M.value:
-        for width in (128, 64, 32):
-            if tiles_m * ceil_div(n, width) >= num_sms:
-                return SMALL_M[width]
-        return SMALL_M[32]
+        width = min(SMALL_M, key=lambda w: (ceil_div(tiles_m * ceil_div(n, w), num_sms) * w, -w))
+        return SMALL_M[width]
     candidates = (MEDIUM, NARROW) if layout != DENSE.value else (LARGE, MEDIUM, NARROW)
     for config in candidates:
         if ceil_div(tiles_m * 128, config.block_m) * ceil_div(n, config.block_n) >= num_sms:
