@@ -43,24 +43,28 @@ ROUTES = {
     },
     "bmm_fp8": {
         "reference": "dequantize to float32, torch.matmul, scale, cast once",
-        "cuda": "torch._scaled_mm (cuBLASLt) for one batch where it takes the layout, else the batched "
-        "Triton FP8 kernel" + _FP8_BELOW_SM89,
+        "cuda": "torch._scaled_mm (cuBLASLt) for one batch where it takes the layout; several batches: the "
+        "Gluon kernel on Hopper where TMA takes the layouts, else the batched Triton FP8 kernel"
+        + _FP8_BELOW_SM89,
         "mate": "mate.gemm.bmm (muDNN), tensor or channel recipes",
     },
     "gemm_fp8_nt_groupwise": {
         "reference": "dequantize by scale blocks, torch.matmul in float32",
-        "cuda": "torch._scaled_mm blockwise (sm90, bf16/fp16 output) where cuBLASLt takes the shape, "
-        "else the Triton blockwise kernel (also FP8 output)" + _FP8_BELOW_SM89,
+        "cuda": "on Hopper the Gluon kernel where TMA takes the operands (FP8 output, m <= 256, shapes "
+        "cuBLASLt rejects); torch._scaled_mm blockwise (sm90, bf16/fp16 output) where cuBLASLt takes the "
+        "shape; else the Triton blockwise kernel (also FP8 output)" + _FP8_BELOW_SM89,
         "mate": "mate.gemm.bmm (muDNN); MUBIN for FP8 output",
     },
     "group_deepgemm_fp8_nt_groupwise": {
         "reference": "one float32 matmul per group, rows selected by m_indices",
-        "cuda": "persistent Triton blockwise FP8 kernel" + _FP8_BELOW_SM89,
+        "cuda": "persistent Gluon kernel on Hopper where TMA takes the operands, else the persistent "
+        "Triton blockwise FP8 kernel" + _FP8_BELOW_SM89,
         "mate": "mate.gemm.ragged_m_moe_gemm_8bit (MUBIN)",
     },
     "batch_deepgemm_fp8_nt_groupwise": {
         "reference": "batched float32 matmul, rows past masked_m kept",
-        "cuda": "persistent Triton blockwise FP8 kernel" + _FP8_BELOW_SM89,
+        "cuda": "persistent Gluon kernel on Hopper where TMA takes the operands, else the persistent "
+        "Triton blockwise FP8 kernel" + _FP8_BELOW_SM89,
         "mate": "mate.gemm.masked_moe_gemm_8bit (MUBIN)",
     },
 }

@@ -107,6 +107,11 @@ class GluonGemmConfig:
         return 3 if self.block_m == 3 * SUB_M.value else 2
 
     @property
+    def a_box(self) -> int:
+        """Rows of one TMA box of A (a power of two of at most 128: a 192-row tile is 3 boxes)."""
+        return 128 if self.block_m % 128 == 0 else SUB_M.value
+
+    @property
     def sub_n(self) -> int:
         """Columns of one math warpgroup's wgmma."""
         return self.block_n // 2 if self.block_m == SUB_M.value else self.block_n
@@ -467,7 +472,8 @@ def fp8_blockwise_ws_kernel(
 # ---------------------------------------------------------------------------------------------
 # launchers
 
-_LAUNCH = FastLaunch(fp8_blockwise_ws_kernel)
+# row counts (and what follows from them) take many values: keyed by specialization only
+_LAUNCH = FastLaunch(fp8_blockwise_ws_kernel, varying=("M", "num_tiles", "num_programs"))
 
 
 @functools.cache
@@ -476,9 +482,20 @@ def _box_layout(rows: int):
     return gl.NVMMASharedLayout.get_default_for([rows, BLOCK_K], gl.float8e4nv)
 
 
+def tma_descriptor(base, shape, strides, block_shape, layout) -> TensorDescriptor:
+    """A host TMA descriptor, built without ``TensorDescriptor``'s checks (about 13 us of host time
+    a descriptor): the callers have checked what TMA needs (16-byte aligned base and strides,
+    unit last stride; ``flashinfer.gemm._cuda``). The compiled launcher encodes it per launch."""
+    descriptor = object.__new__(TensorDescriptor)
+    descriptor.__dict__.update(
+        base=base, shape=shape, strides=strides, block_shape=block_shape, layout=layout, padding="zero"
+    )
+    return descriptor
+
+
 def _tma_rows(t, rows: int, box_rows: int) -> TensorDescriptor:
     """``t`` (2-D, or 3-D with packed groups) read by TMA as ``[rows, k]`` in ``box_rows x 128`` boxes."""
-    return TensorDescriptor(
+    return tma_descriptor(
         t, [rows, t.shape[-1]], [t.stride(-2), 1], [box_rows, BLOCK_K], _box_layout(box_rows)
     )
 
@@ -498,9 +515,8 @@ def _launch(
     out_fp8 = output_scale is not None
     if config is None:
         config = pick_config(layout, m_hint, n, tiles_m, num_sms, out_fp8)
-    a_box = min(config.block_m, 128)
     a_rows = groups * m if layout == MASKED.value else m
-    a_desc = _tma_rows(a, a_rows, a_box)
+    a_desc = _tma_rows(a, a_rows, config.a_box)
     b_desc = _tma_rows(b, groups * n, config.block_n)
     per_group = ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
     num_tiles = groups * per_group if layout == MASKED.value else per_group

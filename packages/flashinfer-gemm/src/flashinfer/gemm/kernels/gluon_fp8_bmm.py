@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -48,12 +49,19 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ..._core.triton_launch import FastLaunch
 from ...utils import ceil_div
 from . import multiprocessors
-from .gluon_fp8_blockwise import SUB_M, _banded, _box_layout, _share_col, _share_row, _tma_rows
+from .gluon_fp8_blockwise import (
+    SUB_M,
+    _banded,
+    _box_layout,
+    _share_col,
+    _share_row,
+    _tma_rows,
+    tma_descriptor,
+)
 
 BLOCK_K = 128
 
@@ -206,12 +214,13 @@ def fp8_bmm_ws_kernel(
 # ---------------------------------------------------------------------------------------------
 # launcher
 
-_LAUNCH = FastLaunch(fp8_bmm_ws_kernel)
-_GL_DTYPES = {"torch.bfloat16": gl.bfloat16, "torch.float16": gl.float16}
+# token counts (and what follows from them) take many values: keyed by specialization only
+_LAUNCH = FastLaunch(fp8_bmm_ws_kernel, varying=("M", "num_tiles", "num_programs"))
+_GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
 @functools.cache
-def _out_layout(dtype: str, sub_n: int):
+def _out_layout(dtype: torch.dtype, sub_n: int):
     return gl.NVMMASharedLayout.get_default_for([1, SUB_M.value, sub_n], _GL_DTYPES[dtype])
 
 
@@ -238,12 +247,12 @@ def fp8_bmm(A, B, A_scale, B_scale, out, config=None) -> None:
         config = pick_config(m, n)
     a_desc = _tma_rows(A, batch * m, config.block_m)
     # B (batch, k, n) column-major is B^T (batch, n, k) with rows along k
-    b_desc = TensorDescriptor(
+    b_desc = tma_descriptor(
         B, [batch * n, k], [B.stride(2), 1], [config.block_n, BLOCK_K], _box_layout(config.block_n)
     )
-    out_desc = TensorDescriptor(
+    out_desc = tma_descriptor(
         out, [batch, m, n], [out.stride(0), out.stride(1), 1], [1, SUB_M.value, config.sub_n],
-        _out_layout(str(out.dtype), config.sub_n),
+        _out_layout(out.dtype, config.sub_n),
     )  # fmt: skip
     a_scale_strides = A_scale.stride()[:2] if A_scale.dim() else (0, 0)
     b_scale_strides = B_scale.stride()[::2] if B_scale.dim() else (0, 0)
