@@ -145,7 +145,7 @@ def check_section(report):
         a, b = fp8(groups, m, k), fp8(groups, n, k)
         sa, sb = pow2(groups, m, k // 128), pow2(groups, n // 128, k // 128)
         for g, valid in enumerate(masked_m.tolist()):
-            a[g, valid:] = float("nan")
+            a[g, valid:] = torch.full(a[g, valid:].shape, float("nan"), device="cuda").to(E4M3)
         out = torch.full((groups, m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         glu.group_gemm_masked(a, b, sa, sb, masked_m, 256, out, config=config)
         worst, untouched = 0.0, True

@@ -218,7 +218,7 @@ def masked_operands(groups, m, n, k, masked_m):
     a, b = fp8((groups, m, k)), fp8((groups, n, k))
     a_scale, b_scale = pow2((groups, m, cdiv(k, 128))), pow2((groups, cdiv(n, 128), cdiv(k, 128)))
     for g, valid in enumerate(masked_m.tolist()):  # rows past masked_m: NaN, never to show up
-        a[g, valid:] = float("nan")
+        a[g, valid:] = nan_like(a[g, valid:].shape, E4M3)
         a_scale[g, valid:] = float("nan")
     return a, b, a_scale, b_scale
 
@@ -385,7 +385,7 @@ def replay_with_new_inputs(run, inputs, fresh, out):
         run()
     for dst, src in zip(inputs, fresh):
         dst.copy_(src)
-    out.fill_(float("nan"))
+    out.copy_(nan_like(out.shape, out.dtype))
     graph.replay()
     torch.cuda.synchronize()
 
