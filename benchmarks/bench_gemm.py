@@ -5,8 +5,8 @@ Sections (DeepSeek-V3 shapes):
 - ``groupwise``: ``gemm_fp8_nt_groupwise`` (1x128 / 128x128 scales, K-major) for m in
   {1, 16, 64, 128, 512, 4096} x (n, k) in the five DeepSeek-V3 linear shapes; anchors
   ``torch._scaled_mm`` with block scales already in cuBLASLt's layout (so our scale relayout is
-  counted against us), ``torch._scaled_mm`` per-tensor (the FP8 library ceiling) and our Triton
-  groupwise kernel called directly (the fallback for shapes cuBLASLt rejects).
+  counted against us), ``torch._scaled_mm`` per-tensor (the FP8 library ceiling), and our two
+  kernel tiers called directly: the Gluon kernel (Hopper) and the portable tl kernel.
 - ``bmm_fp8``: ``bmm_fp8`` with b = 1 on the same shapes; anchors ``torch._scaled_mm``
   per-tensor and ``torch.bmm`` in bf16.
 - ``mla``: the MLA absorb products, 128 heads x {64, 128, 256, 512} tokens, 128 -> 512 and
@@ -15,7 +15,7 @@ Sections (DeepSeek-V3 shapes):
 - ``grouped``: ``group_deepgemm_fp8_nt_groupwise`` (4-32 groups, 256-8192 rows per group),
   ``group_gemm_fp8_nt_groupwise`` (the same rows as ``m_indptr`` segments) and
   ``batch_deepgemm_fp8_nt_groupwise`` against the dense blockwise ``torch._scaled_mm`` with the
-  same total rows (equal FLOPs).
+  same total rows (equal FLOPs), and each kernel tier called directly.
 - ``blockscale``: ``fp8_blockscale_gemm_sm90`` (vLLM's DeepSeek linear layers) for m in
   {1, 8, 16, 32, 64, 128, 512, 4096} x the four DeepSeek-V3 (n, k) of issue 18, with BF16 input
   (quantized inside) and with FP8 input (W8A8), FP8 weights with 128x128 scales; anchor
@@ -23,6 +23,10 @@ Sections (DeepSeek-V3 shapes):
   ``--upstream`` the same rows time upstream's own ``fp8_blockscale_gemm_sm90``;
   ``--compare gemm_upstream.json`` then prints ours against it per shape.
 - ``reference``: the float32 reference implementation on a few small shapes.
+
+Every row names its kernel tier (``tier``: ``api`` for the public API, which picks its own,
+``gluon``, ``tl``, ``cublas``, ``reference``); the Gluon rows appear where that tier runs
+(compute capability 9.0 and the Triton of ``flashinfer._core.kernel_tier``).
 
 Timing: ``triton.testing.do_bench_cudagraph`` (CUDA events around graph replays, median): GPU
 time per call, without host overhead (``benchmarks/host_overhead.py`` measures that), as
@@ -91,12 +95,13 @@ class Table:
     def __init__(self):
         self.rows = []
 
-    def add(self, section, shape, name, ms, flops, bytes_moved, peak, anchor_ms=None):
+    def add(self, section, shape, name, ms, flops, bytes_moved, peak, anchor_ms=None, tier="api"):
         floor_ms = max(bytes_moved / HBM_BYTES_PER_S, flops / PEAK_FLOPS[peak]) * 1e3
         row = {
             "section": section,
             "shape": shape,
             "impl": name,
+            "tier": tier,
             "ms": ms,
             "tflops": flops / ms / 1e9,
             "gbps": bytes_moved / ms / 1e6,
@@ -106,11 +111,39 @@ class Table:
         self.rows.append(row)
         ratio = f"{row['vs_anchor']:6.2f}x" if anchor_ms else "       "
         print(
-            f"{section:10s} {shape:34s} {name:26s} {ms * 1e3:9.1f} us {row['tflops']:8.1f} TFLOP/s "
+            f"{section:10s} {shape:34s} {name:26s} {tier:9s} {ms * 1e3:9.1f} us {row['tflops']:8.1f} TFLOP/s "
             f"{row['gbps']:8.1f} GB/s  floor {floor_ms * 1e3:8.1f} us  {ratio}",
             flush=True,
         )
         return ms
+
+
+def gluon_tier():
+    """The Gluon kernel modules where that tier runs on this GPU and Triton, else None."""
+    from flashinfer._core.kernel_tier import gluon_supported
+
+    if not gluon_supported(torch.cuda.current_device()):
+        return None
+    from flashinfer.gemm.kernels import gluon_fp8_blockwise, gluon_fp8_bmm
+
+    return gluon_fp8_blockwise, gluon_fp8_bmm
+
+
+def tier_kernels(op: str) -> list:
+    """(name, tier, launcher) of each of our kernel tiers for ``op``: the Gluon kernel where it
+    runs, and the portable tl kernel."""
+    from flashinfer.gemm.kernels import fp8_blockwise, fp8_bmm
+
+    portable = {"bmm": fp8_bmm.fp8_bmm, "contiguous": fp8_blockwise.group_gemm_contiguous,
+                "masked": fp8_blockwise.group_gemm_masked}  # fmt: skip
+    kernels = [("tl kernel", "tl", portable[op])]
+    gluon = gluon_tier()
+    if gluon is not None:
+        blockwise, bmm = gluon
+        launch = {"bmm": bmm.fp8_bmm, "contiguous": blockwise.group_gemm_contiguous,
+                  "masked": blockwise.group_gemm_masked}  # fmt: skip
+        kernels.insert(0, ("Gluon kernel", "gluon", launch[op]))
+    return kernels
 
 
 def cublas_block_scales(a_scale, b_scale):
@@ -120,6 +153,8 @@ def cublas_block_scales(a_scale, b_scale):
 
 def groupwise_section(table, fg, impls):
     from flashinfer.gemm.kernels import fp8_blockwise
+
+    gluon = gluon_tier()
 
     for n, k in DEEPSEEK_NK:
         for m in DEEPSEEK_M:
@@ -156,10 +191,22 @@ def groupwise_section(table, fg, impls):
                     d["a"], d["b"], d["a_scale"], d["b_scale"], 1, 128, 128, d["out"]
                 )
 
+            def gluon_fn(d):
+                gluon[0].gemm_groupwise(d["a"], d["b"], d["a_scale"], d["b_scale"], 1, d["out"])
+
             anchor = None
             if m % 4 == 0:  # cuBLASLt's block scaling needs m % 4 == 0 (see _cuda)
                 anchor = bench(anchor_fn, sets)
-                table.add("groupwise", shape, "torch._scaled_mm blockwise", anchor, flops, moved, "fp8")
+                table.add(
+                    "groupwise",
+                    shape,
+                    "torch._scaled_mm blockwise",
+                    anchor,
+                    flops,
+                    moved,
+                    "fp8",
+                    tier="cublas",
+                )
             table.add(
                 "groupwise",
                 shape,
@@ -168,7 +215,13 @@ def groupwise_section(table, fg, impls):
                 flops,
                 moved,
                 "fp8",
+                tier="cublas",
             )
+            if gluon is not None:
+                table.add(
+                    "groupwise", shape, "ours: Gluon kernel", bench(gluon_fn, sets), flops, moved, "fp8", anchor,
+                    tier="gluon",
+                )  # fmt: skip
             table.add(
                 "groupwise", shape, f"ours ({impls})", bench(ours_fn, sets), flops, moved, "fp8", anchor
             )
@@ -183,7 +236,15 @@ def groupwise_section(table, fg, impls):
                 anchor,
             )
             table.add(
-                "groupwise", shape, "ours: Triton kernel", bench(triton_fn, sets), flops, moved, "fp8", anchor
+                "groupwise",
+                shape,
+                "ours: tl kernel",
+                bench(triton_fn, sets),
+                flops,
+                moved,
+                "fp8",
+                anchor,
+                tier="tl",
             )
 
 
@@ -245,10 +306,18 @@ def mla_section(table, fg, impls, who="ours"):
                 fg.bmm_bf16(d["x16"], d["w16"].transpose(1, 2), out=d["out"])
 
             anchor = bench(anchor_fn, sets)
-            table.add("mla", shape, "torch.bmm bf16", anchor, flops, moved16, "bf16")
+            table.add("mla", shape, "torch.bmm bf16", anchor, flops, moved16, "bf16", tier="cublas")
             table.add(
                 "mla", shape, f"{who} bmm_fp8 ({impls})", bench(ours_fn, sets), flops, moved, "fp8", anchor
             )
+            if who == "ours":  # each of our kernel tiers called directly
+                for name, tier, kernel in tier_kernels("bmm"):
+                    table.add(
+                        "mla", shape, f"ours bmm_fp8: {name}", tier=tier, flops=flops, bytes_moved=moved, peak="fp8",
+                        ms=bench(lambda d, kernel=kernel: kernel(d["x"], d["w"].transpose(1, 2), one, one, d["out"]),
+                                 sets),
+                        anchor_ms=anchor,
+                    )  # fmt: skip
             if who == "ours":  # upstream's bmm_bf16 needs cuDNN's frontend
                 table.add(
                     "mla",
@@ -335,6 +404,15 @@ def grouped_section(table, fg, impls):
                     out=d["out"],
                 )
 
+            def contiguous_kernel(kernel, d):
+                kernel(d["a"], d["b"], d["a_scale"], d["b_scale"], d["m_indices"], d["out"])
+
+            def masked_kernel(kernel, d, groups=groups, rows=rows, n=n):
+                kernel(
+                    d["a"].view(groups, rows, -1), d["b"], d["a_scale"].view(groups, rows, -1), d["b_scale"],
+                    d["masked_m"], rows, d["out"].view(groups, rows, n),
+                )  # fmt: skip
+
             def masked_fn(d, groups=groups, rows=rows, n=n):
                 fg.batch_deepgemm_fp8_nt_groupwise(
                     d["a"].view(groups, rows, -1), d["b"], d["a_scale"].view(groups, rows, -1), d["b_scale"],
@@ -343,7 +421,16 @@ def grouped_section(table, fg, impls):
 
             anchor = bench(anchor_fn, sets)
             dense_moved = total * k + n * k + 2 * total * n
-            table.add("grouped", shape, "dense blockwise _scaled_mm", anchor, flops, dense_moved, "fp8")
+            table.add(
+                "grouped",
+                shape,
+                "dense blockwise _scaled_mm",
+                anchor,
+                flops,
+                dense_moved,
+                "fp8",
+                tier="cublas",
+            )
             table.add("grouped", shape, f"ours contiguous ({impls})", bench(contiguous_fn, sets), flops, moved, "fp8",
                       anchor)  # fmt: skip
             table.add("grouped", shape, f"ours group_gemm m_indptr ({impls})", bench(segments_fn, sets), flops, moved,
@@ -358,6 +445,12 @@ def grouped_section(table, fg, impls):
                 "fp8",
                 anchor,
             )
+            for layout, fn in (("contiguous", contiguous_kernel), ("masked", masked_kernel)):
+                for name, tier, kernel in tier_kernels(layout):
+                    table.add(
+                        "grouped", shape, f"ours {layout}: {name}", tier=tier, flops=flops, bytes_moved=moved,
+                        peak="fp8", ms=bench(lambda d, kernel=kernel, fn=fn: fn(kernel, d), sets), anchor_ms=anchor,
+                    )  # fmt: skip
 
 
 def blockscale_section(table, fg, impls, who="ours"):
@@ -459,9 +552,9 @@ def reference_section(table):
         flops, moved = 2 * m * n * k, m * k + n * k + 2 * m * n
         sets = rotating(make, m * k + n * k)
         table.add("reference", f"bmm_fp8 m={m} n={n} k={k}", "reference (float32)", bench(bmm_fn, sets), flops,
-                  moved, "fp8")  # fmt: skip
+                  moved, "fp8", tier="reference")  # fmt: skip
         table.add("reference", f"groupwise m={m} n={n} k={k}", "reference (float32)", bench(groupwise_fn, sets),
-                  flops, moved, "fp8")  # fmt: skip
+                  flops, moved, "fp8", tier="reference")  # fmt: skip
 
 
 def plot(rows, path):

@@ -42,6 +42,14 @@ def test_auto_takes_gluon_only_on_hopper_with_a_known_triton(
     assert kernel_tier.use_gluon(CUDA0) is expected
 
 
+def test_kernels_not_yet_measured_run_only_when_forced(monkeypatch, device):
+    device((9, 0))
+    monkeypatch.delenv(kernel_tier.KERNEL_TIER_ENV, raising=False)
+    assert kernel_tier.use_gluon(CUDA0, auto_ok=False) is False
+    monkeypatch.setenv(kernel_tier.KERNEL_TIER_ENV, "gluon")
+    assert kernel_tier.use_gluon(CUDA0, auto_ok=False) is True
+
+
 def test_tl_forces_the_portable_kernels(monkeypatch, device):
     device((9, 0))
     monkeypatch.setenv(kernel_tier.KERNEL_TIER_ENV, "tl")

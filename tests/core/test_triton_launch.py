@@ -258,3 +258,25 @@ def test_tuned_configs_are_bounded(monkeypatch):
     for key in ((1,), (2,), (3,)):
         tuned.launch((1,), key)
     assert Autotuner.calls == 3 and len(tuned._chosen) == 1
+
+
+def test_tma_descriptors_are_keyed_by_their_type_and_passed_as_objects(kernel):
+    """A host TMA descriptor: Triton specializes on its dtype, block shape and layout only, and
+    the compiled launcher encodes the descriptor object itself (its base, shape and strides)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    fast = triton_launch.FastLaunch(kernel)
+    out = torch.empty(8)
+
+    def descriptor(rows, block_rows, dtype=torch.float32):
+        base = torch.empty(rows, 64, dtype=dtype)
+        return TensorDescriptor(base, list(base.shape), list(base.stride()), [block_rows, 64])
+
+    first, second = descriptor(32, 16), descriptor(48, 16)
+    fast.launch((1,), first, out, 8, 1.0, BLOCK=8)
+    fast.launch((1,), second, out, 8, 1.0, BLOCK=8)  # another tensor and shape: the same kernel
+    assert len(kernel.jit_calls) == 1 and len(kernel.fast_calls) == 1
+    assert kernel.fast_calls[0][9] is second
+    fast.launch((1,), descriptor(48, 8), out, 8, 1.0, BLOCK=8)  # another block shape
+    fast.launch((1,), descriptor(48, 16, torch.float16), out, 8, 1.0, BLOCK=8)  # another dtype
+    assert len(kernel.jit_calls) == 3

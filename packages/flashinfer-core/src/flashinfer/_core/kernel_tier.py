@@ -12,7 +12,9 @@ Two tiers of Triton kernels serve the NVIDIA path:
 ``FLASHINFER_KERNEL_TIER`` chooses: ``auto`` (the default) takes ``gluon`` where it runs, ``tl``
 forces the portable kernels, ``gluon`` forces the Gluon kernels and raises where they cannot run
 (for tests and benchmarks). An op may still take ``tl`` for a shape its Gluon kernel does not
-cover; the op's module says which.
+cover; the op's module says which. A Gluon kernel that has not yet been measured against the
+portable one on an H200 is asked for with ``auto_ok=False``: ``auto`` then keeps the portable
+kernel and only ``gluon`` runs it.
 """
 
 from __future__ import annotations
@@ -48,8 +50,10 @@ def gluon_supported(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index) == GLUON_CAPABILITY and _triton_has_gluon()
 
 
-def use_gluon(device: torch.device) -> bool:
+def use_gluon(device: torch.device, auto_ok: bool = True) -> bool:
     """Whether an op on CUDA ``device`` (with an index) should take its Gluon kernel.
+
+    ``auto_ok``: whether ``auto`` may pick this kernel (False: only a forced ``gluon`` runs it).
 
     Raises
     ------
@@ -60,7 +64,7 @@ def use_gluon(device: torch.device) -> bool:
     """
     tier = os.environ.get(KERNEL_TIER_ENV, "auto")
     if tier == "auto":
-        return gluon_supported(device.index)
+        return auto_ok and gluon_supported(device.index)
     if tier == "tl":
         return False
     if tier == "gluon":

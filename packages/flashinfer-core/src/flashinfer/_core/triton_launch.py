@@ -15,7 +15,9 @@ pay it on every call, hence this layer.
 Rules
 -----
 - The key holds every argument's type, each tensor's dtype and its pointer's remainder mod 16,
-  every integer, bool and ``None`` by value (floats by type only; ``varying`` integers by
+  each TMA tensor descriptor's (host ``TensorDescriptor``) dtype, block shape and layout (all
+  Triton specializes a descriptor on; the descriptor object itself is passed to the compiled
+  launcher, which encodes it), every integer, bool and ``None`` by value (floats by type only; ``varying`` integers by
   divisibility by 16, equality to 1 and width), the keyword arguments (constexprs and launch
   options) and the device. That is at least as fine as Triton's own specialization, so the
   compiled kernel found is always the one Triton would have chosen. At most ``MAX_ENTRIES``
@@ -82,6 +84,15 @@ def _gather(positions: tuple):
     return (lambda args: (args[positions[0]],)) if positions else (lambda args: ())
 
 
+def _is_descriptor(t: type) -> bool:
+    # Triton's and Gluon's host-side TMA descriptors (dataclasses with a block shape)
+    return "block_shape" in getattr(t, "__dataclass_fields__", ())
+
+
+def _descriptor_key(d) -> tuple:
+    return d.base.dtype, tuple(d.block_shape), getattr(d, "layout", None), d.padding
+
+
 def _int_class(x: int) -> tuple:
     # what Triton specializes an integer on (divisibility by 16, the value 1, its width)
     return x & 15 == 0, x == 1, -(2**31) <= x < 2**31, x < 2**63
@@ -97,11 +108,15 @@ class _ArgPattern:
 
         self.tensor_positions = where(lambda i, t: issubclass(t, torch.Tensor))
         self.tensors = _gather(self.tensor_positions)
+        self.descriptors = _gather(where(lambda i, t: _is_descriptor(t)))
         self.varying = _gather(where(lambda i, t: i in varying and t is int))
         self.scalars = _gather(
             where(
                 lambda i, t: (
-                    not issubclass(t, torch.Tensor) and t is not float and not (i in varying and t is int)
+                    not issubclass(t, torch.Tensor)
+                    and not _is_descriptor(t)
+                    and t is not float
+                    and not (i in varying and t is int)
                 )
             )
         )
@@ -171,6 +186,7 @@ class FastLaunch:
         key = (
             device, pattern, tuple(kwargs.items()), tuple(map(_DTYPE, tensors)),
             tuple(map(_REMAINDER_16, ptrs)), pattern.scalars(args), tuple(map(_int_class, pattern.varying(args))),
+            tuple(map(_descriptor_key, pattern.descriptors(args))),
         )  # fmt: skip
         entry = self._compiled.get(key)
         if entry is None:

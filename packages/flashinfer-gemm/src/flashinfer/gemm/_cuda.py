@@ -8,21 +8,40 @@ each shape once before capturing, as serving engines do in their warm-up).
 
 What runs per op is ``ROUTES`` in :mod:`._dispatch`; the conditions under which a library
 call takes a problem as it lies in memory are at :func:`_scaled_mm_takes` and
-:func:`_blockwise_cublas_takes`. Everything else runs the Triton kernels of
-``flashinfer.gemm.kernels``. Devices without FP8 tensor cores (compute capability below 8.9)
-run the FP8 functions through ``flashinfer.gemm._reference``.
+:func:`_blockwise_cublas_takes`, those under which a Gluon kernel takes it (TMA layouts) at
+:func:`_tma_rows`, :func:`_gluon_bmm_takes` and :func:`_gluon_groupwise_takes`. Everything else
+runs the Triton kernels of ``flashinfer.gemm.kernels``. Devices without FP8 tensor cores
+(compute capability below 8.9) run the FP8 functions through ``flashinfer.gemm._reference``.
+
+Kernel tiers (``flashinfer._core.kernel_tier``): the Gluon kernels (``kernels.gluon_fp8_*``) run
+on compute capability 9.0 with the Triton versions they were built for, and only when
+``FLASHINFER_KERNEL_TIER=gluon`` asks for them: they have passed a first correctness run on an
+H200 (37 of 38 cases of ``tests/gpu/test_gemm_gluon.py``; one exceeded its error bound by 10%)
+but have not been timed against cuBLASLt and the tl kernels, so ``auto`` keeps the routes below
+(``GLUON_IN_AUTO``). Forced, every call the Gluon kernels take runs them, at every m (and raises
+on a device or Triton they do not run on).
 """
 
 from __future__ import annotations
 
+import functools
+import os
+
 import torch
 
 from flashinfer._core.constants import FP8_TENSOR_CORE_CAPABILITY
+from flashinfer._core.kernel_tier import KERNEL_TIER_ENV, use_gluon
 from flashinfer.utils import get_compute_capability
 
 # cuBLASLt's 1x128 / 128x128 block scaling exists for sm90 only (PyTorch rejects other archs).
 _BLOCKWISE_CUBLAS_MAJOR = 9
 _CUBLAS_ALIGNMENT_BYTES = 16
+# Dense block-scaled GEMMs up to this many rows take the Gluon kernel before cuBLASLt (small m is
+# bound by reading B, which cuBLASLt does at 2.5-6x the floor); above it cuBLASLt (963-972 TFLOP/s
+# at m = 4096 on the H200) until benchmarks/gluon_gemm_probe.py shows the Gluon tiles ahead.
+GLUON_OVER_CUBLAS_MAX_M = 256
+# Whether FLASHINFER_KERNEL_TIER=auto takes the Gluon GEMMs: not until they are measured (above).
+GLUON_IN_AUTO = False
 
 
 def _has_fp8_mma(device: torch.device) -> bool:
@@ -33,6 +52,20 @@ def _reference():
     from flashinfer.gemm import _reference
 
     return _reference
+
+
+@functools.cache
+def _gluon_blockwise():
+    from flashinfer.gemm.kernels import gluon_fp8_blockwise
+
+    return gluon_fp8_blockwise
+
+
+@functools.cache
+def _gluon_bmm():
+    from flashinfer.gemm.kernels import gluon_fp8_bmm
+
+    return gluon_fp8_bmm
 
 
 def _aligned(*tensors: torch.Tensor) -> bool:
@@ -71,6 +104,8 @@ def bmm(A, B, out, A_scale=None, B_scale=None) -> None:
         _reference().bmm(A, B, out, A_scale, B_scale)
     elif A.shape[0] == 1 and _scaled_mm_takes(A[0], B[0], A_scale, B_scale, out[0]):
         _scaled_mm_single(A[0], B[0], A_scale, B_scale, out[0])
+    elif _gluon_bmm_takes(A, B, out) and use_gluon(A.device, GLUON_IN_AUTO):
+        _gluon_bmm().fp8_bmm(A, B, A_scale, B_scale, out)
     else:
         from flashinfer.gemm.kernels import fp8_bmm
 
@@ -86,6 +121,27 @@ def _bmm_16bit(A, B, out) -> None:
     else:
         # bf16 inputs, fp16 output: round once from the fp32 accumulator, like upstream
         out.copy_(torch.bmm(A, B, torch.float32))
+
+
+def _tma_rows(t: torch.Tensor, rows_dim: int = -2, k_dim: int = -1) -> bool:
+    """Whether TMA reads the FP8 operand ``t`` as one ``[groups * rows, k]`` tensor: unit stride
+    along k, a 16-byte aligned base and row stride, groups (dim 0 of a 3-D tensor) packed."""
+    packed = t.dim() == 2 or t.shape[0] == 1 or t.stride(0) == t.shape[rows_dim] * t.stride(rows_dim)
+    return t.stride(k_dim) == 1 and t.stride(rows_dim) % 16 == 0 and t.data_ptr() % 16 == 0 and packed
+
+
+def _gluon_bmm_takes(A, B, out) -> bool:
+    # the Gluon kernel's TMA layouts: B column-major (B^T rows along k), out with unit last stride
+    # and 16-byte aligned rows and batches (TMA stores)
+    return (
+        _tma_rows(A)
+        and _tma_rows(B, rows_dim=2, k_dim=1)
+        and out.dtype in (torch.bfloat16, torch.float16)
+        and out.stride(2) == 1
+        and out.stride(1) % 8 == 0
+        and out.stride(0) % 8 == 0
+        and out.data_ptr() % 16 == 0
+    )
 
 
 def _scaled_mm_takes(a, b, a_scale, b_scale, out) -> bool:
@@ -144,6 +200,17 @@ def gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, outpu
     """
     if not _has_fp8_mma(a.device):
         _reference().gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, output_scale)
+    elif (
+        _gluon_groupwise_takes(a, b, block_m, block_n, block_k)
+        and use_gluon(a.device, GLUON_IN_AUTO)
+        and (
+            output_scale is not None
+            or a.shape[0] <= GLUON_OVER_CUBLAS_MAX_M
+            or os.environ.get(KERNEL_TIER_ENV) == "gluon"  # forced: tests and benchmarks
+            or not _blockwise_cublas_takes(a, b, block_m, block_n, block_k, out)
+        )
+    ):
+        _gluon_blockwise().gemm_groupwise(a, b, a_scale, b_scale, block_m, out, output_scale)
     elif output_scale is None and _blockwise_cublas_takes(a, b, block_m, block_n, block_k, out):
         scale_a, scale_b = _blockwise_cublas_scales(a_scale, b_scale, a.shape[0], block_m)
         torch._scaled_mm(a, b.t(), scale_a, scale_b, out_dtype=out.dtype, out=out)
@@ -151,6 +218,11 @@ def gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, outpu
         from flashinfer.gemm.kernels import fp8_blockwise
 
         fp8_blockwise.gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, output_scale)
+
+
+def _gluon_groupwise_takes(a, b, block_m, block_n, block_k) -> bool:
+    # the Gluon kernel: 1x128 or 128x128 A blocks, 128x128 B blocks, operands TMA reads
+    return block_m in (1, 128) and block_n == block_k == 128 and _tma_rows(a) and _tma_rows(b)
 
 
 def _blockwise_cublas_takes(a, b, block_m, block_n, block_k, out) -> bool:
@@ -221,10 +293,16 @@ def group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out) -> None:
     """
     if not _has_fp8_mma(a.device):
         _reference().group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
-        return
-    from flashinfer.gemm.kernels import fp8_blockwise
+    elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_IN_AUTO):
+        _gluon_blockwise().group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
+    else:
+        from flashinfer.gemm.kernels import fp8_blockwise
 
-    fp8_blockwise.group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
+        fp8_blockwise.group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
+
+
+def _gluon_grouped_takes(a, b) -> bool:
+    return _tma_rows(a) and _tma_rows(b)
 
 
 def group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out) -> None:
@@ -249,10 +327,12 @@ def group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out) -> None
     """
     if not _has_fp8_mma(a.device):
         _reference().group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out)
-        return
-    from flashinfer.gemm.kernels import fp8_blockwise
+    elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_IN_AUTO):
+        _gluon_blockwise().group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out)
+    else:
+        from flashinfer.gemm.kernels import fp8_blockwise
 
-    fp8_blockwise.group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out)
+        fp8_blockwise.group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out)
 
 
 def group_gemm_segments(a, b, a_scale, b_scale, m_indptr, out) -> None:

@@ -33,6 +33,8 @@ def _load_mate():
 DISPATCH = Dispatcher(reference=_load_reference, cuda=_load_cuda, mate=_load_mate)
 
 _FP8_BELOW_SM89 = "; the reference below compute capability 8.9"
+# the Gluon GEMMs are not timed yet: they run only when FLASHINFER_KERNEL_TIER=gluon asks (gemm/_cuda.py)
+_GLUON_FORCED = " (FLASHINFER_KERNEL_TIER=gluon: the Gluon kernel on Hopper where TMA takes the operands)"
 
 # op -> implementation kind -> what runs
 ROUTES = {
@@ -44,13 +46,13 @@ ROUTES = {
     "bmm_fp8": {
         "reference": "dequantize to float32, torch.matmul, scale, cast once",
         "cuda": "torch._scaled_mm (cuBLASLt) for one batch where it takes the layout, else the batched "
-        "Triton FP8 kernel" + _FP8_BELOW_SM89,
+        "Triton FP8 kernel" + _GLUON_FORCED + _FP8_BELOW_SM89,
         "mate": "mate.gemm.bmm (muDNN), tensor or channel recipes",
     },
     "gemm_fp8_nt_groupwise": {
         "reference": "dequantize by scale blocks, torch.matmul in float32",
-        "cuda": "torch._scaled_mm blockwise (sm90, bf16/fp16 output) where cuBLASLt takes the shape, "
-        "else the Triton blockwise kernel (also FP8 output)" + _FP8_BELOW_SM89,
+        "cuda": "torch._scaled_mm blockwise (sm90, bf16/fp16 output) where cuBLASLt takes the shape; else "
+        "the Triton blockwise kernel (also FP8 output)" + _GLUON_FORCED + _FP8_BELOW_SM89,
         "mate": "mate.gemm.bmm (muDNN); MUBIN for FP8 output",
     },
     "gemm_fp8_nt_blockscaled": {
@@ -74,12 +76,12 @@ ROUTES = {
     },
     "group_deepgemm_fp8_nt_groupwise": {
         "reference": "one float32 matmul per group, rows selected by m_indices",
-        "cuda": "persistent Triton blockwise FP8 kernel" + _FP8_BELOW_SM89,
+        "cuda": "persistent Triton blockwise FP8 kernel" + _GLUON_FORCED + _FP8_BELOW_SM89,
         "mate": "mate.gemm.ragged_m_moe_gemm_8bit (MUBIN)",
     },
     "batch_deepgemm_fp8_nt_groupwise": {
         "reference": "batched float32 matmul, rows past masked_m kept",
-        "cuda": "persistent Triton blockwise FP8 kernel" + _FP8_BELOW_SM89,
+        "cuda": "persistent Triton blockwise FP8 kernel" + _GLUON_FORCED + _FP8_BELOW_SM89,
         "mate": "mate.gemm.masked_moe_gemm_8bit (MUBIN)",
     },
 }

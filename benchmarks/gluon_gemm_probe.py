@@ -1,0 +1,386 @@
+"""H200 probe of the Hopper Gluon GEMM kernels: correctness at real shapes, then Gluon vs cuBLASLt vs tl.
+
+One process, about five minutes on an H200 (most of it compiling: every Gluon variant and the
+tl kernels' autotuning):
+
+1. **check**: every Gluon variant (each tile configuration in the layouts it serves, FP8 output,
+   the batched kernel's tiles) at one or two real shapes, against a float64 oracle on the GPU;
+   reported as ``max |error| / bound`` (pass at <= 1; bounds as in ``tests/gpu/test_gemm_gluon.py``).
+2. **dense**: ``gemm_fp8_nt_groupwise``'s kernel, m in {16, 64, 128, 512, 4096} x (n, k) in
+   {(7168, 2048), (4096, 7168), (2112, 7168)}: the Gluon kernel with the tile ``pick_config``
+   chooses and with the other tiles (to retune the rule), cuBLASLt block-scaled
+   (``torch._scaled_mm`` with 1x128 / 128x128 scales already in its layout) and the tl kernel.
+3. **grouped**: contiguous and masked, G in {4, 8, 32} with 256..8192 rows a group, (n, k) in
+   {(4096, 7168), (7168, 2048)}: Gluon and tl, next to a dense cuBLASLt GEMM of equal FLOPs.
+4. **mla**: the MLA absorb ``bmm_fp8`` shapes (128 heads, 64-512 tokens, 128 -> 512 and
+   512 -> 128): the Gluon batched kernel's tiles, the tl kernel and ``torch.bmm`` in bf16
+   (upstream FlashInfer's cuBLASLt ``bmm_fp8`` is timed by ``bench_gemm.py --upstream``).
+
+Kernels are called directly (``flashinfer.gemm.kernels.*``), not through the public API, so each
+tier is timed as it is. Timing as ``bench_gemm.py``: CUDA-graph replay
+(``triton.testing.do_bench_cudagraph``, median), inputs rotated through sets of more than the
+60 MB L2. Prints a compact table (microseconds, TFLOP/s, Gluon's speedup over each anchor) and
+writes ``gluon_probe.json`` to ``--out``.
+
+Run: ``PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-gemm/src python3 benchmarks/gluon_gemm_probe.py --out $OUT``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_gemm import HBM_BYTES_PER_S, PEAK_FLOPS, bench, ceil_div, cublas_block_scales, fp8, rotating  # noqa: E402
+
+DENSE_M = [16, 64, 128, 512, 4096]
+DENSE_NK = [(7168, 2048), (4096, 7168), (2112, 7168)]
+GROUPED = [(4, 1024), (4, 8192), (8, 256), (8, 2048), (32, 256), (32, 512)]
+GROUPED_NK = [(4096, 7168), (7168, 2048)]
+MLA_TOKENS = [64, 128, 256, 512]
+E4M3 = torch.float8_e4m3fn
+
+
+def kernels():
+    from flashinfer.gemm.kernels import fp8_blockwise, fp8_bmm, gluon_fp8_blockwise, gluon_fp8_bmm
+
+    return gluon_fp8_blockwise, gluon_fp8_bmm, fp8_blockwise, fp8_bmm
+
+
+def config_name(config) -> str:
+    return f"{config.block_m}x{config.block_n}/{config.stages}"
+
+
+class Report:
+    def __init__(self, out_dir: Path, meta: dict):
+        self.out_dir, self.meta, self.rows = out_dir, meta, []
+
+    def add(self, **row):
+        self.rows.append(row)
+
+    def save(self):
+        (self.out_dir / "gluon_probe.json").write_text(
+            json.dumps({"meta": self.meta, "rows": self.rows}, indent=1)
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. correctness
+
+
+def pow2(*shape):
+    return 2.0 ** torch.randint(-3, 4, shape, device="cuda").float()
+
+
+def error_ratio(out, oracle, ulp, norm_tol) -> float:
+    """max |out - oracle| / (2 ulp |oracle| + norm_tol rms(oracle)); <= 1 passes."""
+    oracle = oracle.double()
+    rms = oracle.pow(2).mean().sqrt()
+    bound = 2 * ulp * oracle.abs() + norm_tol * rms + 1e-30
+    return ((out.double() - oracle).abs() / bound).max().item()
+
+
+def dequant(x, scale, block_rows):
+    rows, cols = x.shape[-2:]
+    expanded = scale.double().repeat_interleave(block_rows, -2)[..., :rows, :].repeat_interleave(128, -1)
+    return x.double() * expanded[..., :cols]
+
+
+def check_section(report):
+    glu, gbmm, _, _ = kernels()
+    torch.manual_seed(1)
+    configs = {config_name(c): c for c in glu.CONFIGS}
+
+    def record(variant, shape, ratio, untouched=True):
+        ok = ratio <= 1.0 and untouched
+        report.add(
+            section="check", variant=variant, shape=shape, error_ratio=ratio, untouched=untouched, ok=ok
+        )
+        print(
+            f"check  {variant:34s} {shape:28s} error/bound {ratio:7.3f} {'ok' if ok else 'FAIL'}", flush=True
+        )
+
+    for name, config in configs.items():
+        # dense, MN-major scales, m not a multiple of the tile, k / 128 odd
+        m, n, k = 300, 2112, 7168 - 128 * 7
+        a, b = fp8(m, k), fp8(n, k)
+        sa = pow2(ceil_div(k, 128), m).t()
+        sb = pow2(ceil_div(k, 128), ceil_div(n, 128)).t()
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        glu.gemm_groupwise(a, b, sa, sb, 1, out, config=config)
+        record(f"dense {name}", f"{m}x{n}x{k} MN", error_ratio(out, dequant(a, sa, 1) @ dequant(b, sb, 128).t(),
+                                                                  2**-8, 2e-3))  # fmt: skip
+        if config.block_m == 192:
+            continue  # dense only
+        # contiguous: DeepGEMM's layout with -1 padding rows
+        groups, n, k = 4, 4096, 7168
+        sizes = [200, 0, 384, 77]
+        ids = torch.cat(
+            [torch.cat([torch.full((r,), g), torch.full((-r % 128,), -1)]) for g, r in enumerate(sizes)]
+        )
+        ids = ids.int().cuda()
+        rows = ids.numel()
+        a, b = fp8(rows, k), fp8(groups, n, k)
+        sa, sb = pow2(rows, k // 128), pow2(groups, n // 128, k // 128)
+        out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        glu.group_gemm_contiguous(a, b, sa, sb, ids, out, config=config)
+        oracle = torch.zeros(rows, n, dtype=torch.float64, device="cuda")
+        for g in range(groups):
+            mine = ids == g
+            oracle[mine] = dequant(a[mine], sa[mine], 1) @ dequant(b[g], sb[g], 128).t()
+        valid = ids >= 0
+        record(f"contiguous {name}", f"G={groups} rows={rows} n={n}", error_ratio(out[valid], oracle[valid], 2**-8, 2e-3),
+               bool(out[~valid].isnan().all()))  # fmt: skip
+        # masked: an empty group and a full one; rows past masked_m poisoned
+        groups, m, n, k = 4, 512, 7168, 2048
+        masked_m = torch.tensor([0, 100, 511, 512], dtype=torch.int32, device="cuda")
+        a, b = fp8(groups, m, k), fp8(groups, n, k)
+        sa, sb = pow2(groups, m, k // 128), pow2(groups, n // 128, k // 128)
+        for g, valid in enumerate(masked_m.tolist()):
+            a[g, valid:] = torch.full(a[g, valid:].shape, float("nan"), device="cuda").to(E4M3)
+        out = torch.full((groups, m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        glu.group_gemm_masked(a, b, sa, sb, masked_m, 256, out, config=config)
+        worst, untouched = 0.0, True
+        for g, valid in enumerate(masked_m.tolist()):
+            if valid:
+                oracle = dequant(a[g, :valid], sa[g, :valid], 1) @ dequant(b[g], sb[g], 128).t()
+                worst = max(worst, error_ratio(out[g, :valid], oracle, 2**-8, 2e-3))
+            untouched &= bool(out[g, valid:].isnan().all())
+        record(f"masked {name}", f"G={groups} m={m} n={n}", worst, untouched)
+
+    # FP8 output: dequantized within half an e4m3 ulp (2**-4) of the float64 product
+    m, n, k = 256, 2112, 7168
+    a, b, sa, sb = fp8(m, k), fp8(n, k), pow2(m, k // 128), pow2(17, k // 128)
+    out8 = torch.empty(m, n, device="cuda", dtype=E4M3)
+    scales = torch.full((m, 17), float("nan"), device="cuda")
+    glu.gemm_groupwise(a, b, sa, sb, 1, out8, scales)
+    acc = dequant(a, sa, 1) @ dequant(b, sb, 128).t()
+    record("dense fp8 output", f"{m}x{n}x{k}",
+           error_ratio(out8.double() * scales.double().repeat_interleave(128, 1)[:, :n], acc, 2**-5, 2e-3))  # fmt: skip
+
+    for config in gbmm.CONFIGS:
+        for tokens, (k, n) in ((77, (128, 512)), (512, (512, 128))):
+            A, B = fp8(128, tokens, k), fp8(128, n, k).transpose(1, 2)
+            A_scale, B_scale = pow2(128, tokens, 1), pow2(128, 1, n)
+            out = torch.full((128, tokens, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            gbmm.fp8_bmm(A, B, A_scale, B_scale, out, config=config)
+            oracle = A.double() @ B.double() * A_scale.double() * B_scale.double()
+            record(
+                f"bmm {config_name(config)}",
+                f"h=128 t={tokens} {k}->{n}",
+                error_ratio(out, oracle, 2**-8, 2e-2),
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# 2-4. timings
+
+
+def floor_ms(flops, moved):
+    return max(moved / HBM_BYTES_PER_S, flops / PEAK_FLOPS["fp8"]) * 1e3
+
+
+def time_row(report, section, shape, impl, tier, fn, sets, flops, moved, config=""):
+    try:
+        ms = bench(fn, sets)
+    except Exception as error:  # a failing variant is reported, the others still timed
+        print(f"{section:8s} {shape:32s} {impl:28s} FAILED: {error!r}", flush=True)
+        report.add(section=section, shape=shape, impl=impl, tier=tier, config=config, error=repr(error))
+        return None
+    report.add(section=section, shape=shape, impl=impl, tier=tier, config=config, ms=ms,
+               tflops=flops / ms / 1e9, floor_ms=floor_ms(flops, moved))  # fmt: skip
+    return ms
+
+
+def summarize(report, section, shape, times: dict, flops, moved):
+    """One line: the floor, each implementation's microseconds and TFLOP/s, Gluon's speedups."""
+    cells = " ".join(f"{name} {ms * 1e3:8.1f} ({flops / ms / 1e9:6.0f})" for name, ms in times.items() if ms)
+    gluon = times.get("gluon")
+    ratios = " ".join(
+        f"x{name}={times[name] / gluon:.2f}" for name in times if name != "gluon" and times[name] and gluon
+    )
+    print(
+        f"{section:8s} {shape:32s} floor {floor_ms(flops, moved) * 1e3:7.1f} | {cells} | {ratios}", flush=True
+    )
+
+
+def dense_section(report):
+    glu, _, tl, _ = kernels()
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for n, k in DENSE_NK:
+        for m in DENSE_M:
+
+            def make(m=m, n=n, k=k):
+                a, b = fp8(m, k), fp8(n, k)
+                a_scale = torch.rand(m, k // 128, device="cuda") + 0.5
+                b_scale = torch.rand(ceil_div(n, 128), k // 128, device="cuda") + 0.5
+                sa, sb = cublas_block_scales(a_scale, b_scale)
+                out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+                return dict(a=a, b=b, a_scale=a_scale, b_scale=b_scale, sa=sa, sb=sb, out=out)
+
+            sets = rotating(make, m * k + n * k)
+            flops, moved = 2 * m * n * k, m * k + n * k + 2 * m * n
+            shape = f"m={m} n={n} k={k}"
+            picked = glu.pick_config(glu.DENSE.value, m, n, ceil_div(m, 128), num_sms, False)
+            times = {}
+            for config in glu.CONFIGS:
+                if (m <= 64) != (config.block_m == 64):
+                    continue  # 64-row tiles for small m only, and only those there
+                name = "gluon" if config == picked else f"gluon {config_name(config)}"
+                times[name] = time_row(
+                    report, "dense", shape, name, "gluon",
+                    lambda d, config=config: glu.gemm_groupwise(d["a"], d["b"], d["a_scale"], d["b_scale"], 1, d["out"], config=config),
+                    sets, flops, moved, config_name(config),
+                )  # fmt: skip
+            times["cublas"] = time_row(
+                report, "dense", shape, "cuBLASLt blockwise", "cublas",
+                lambda d: torch._scaled_mm(d["a"], d["b"].t(), d["sa"], d["sb"], out_dtype=torch.bfloat16, out=d["out"]),
+                sets, flops, moved,
+            )  # fmt: skip
+            times["tl"] = time_row(
+                report, "dense", shape, "tl kernel", "tl",
+                lambda d: tl.gemm_groupwise(d["a"], d["b"], d["a_scale"], d["b_scale"], 1, 128, 128, d["out"]),
+                sets, flops, moved,
+            )  # fmt: skip
+            summarize(report, "dense", shape, times, flops, moved)
+            report.save()
+
+
+def grouped_section(report):
+    glu, _, tl, _ = kernels()
+    for n, k in GROUPED_NK:
+        for groups, rows in GROUPED:
+            total = groups * rows
+
+            def make(groups=groups, rows=rows, total=total, n=n, k=k):
+                b = fp8(groups, n, k)
+                b_scale = torch.rand(groups, n // 128, k // 128, device="cuda") + 0.5
+                a = fp8(total, k)
+                a_scale = torch.rand(total, k // 128, device="cuda") + 0.5
+                sa, sb = cublas_block_scales(a_scale, b_scale[0])
+                out = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
+                m_indices = torch.arange(groups, device="cuda", dtype=torch.int32).repeat_interleave(rows)
+                masked_m = torch.full((groups,), rows, device="cuda", dtype=torch.int32)
+                return dict(a=a, b=b, a_scale=a_scale, b_scale=b_scale, sa=sa, sb=sb, out=out,
+                            m_indices=m_indices, masked_m=masked_m)  # fmt: skip
+
+            sets = rotating(make, total * k + groups * n * k)
+            flops, moved = 2 * total * n * k, total * k + groups * n * k + 2 * total * n
+            shape = f"G={groups} rows={rows} n={n} k={k}"
+
+            def masked(kernel, d, groups=groups, rows=rows, n=n):
+                kernel.group_gemm_masked(
+                    d["a"].view(groups, rows, -1), d["b"], d["a_scale"].view(groups, rows, -1), d["b_scale"],
+                    d["masked_m"], rows, d["out"].view(groups, rows, n),
+                )  # fmt: skip
+
+            def contiguous(kernel, d):
+                kernel.group_gemm_contiguous(
+                    d["a"], d["b"], d["a_scale"], d["b_scale"], d["m_indices"], d["out"]
+                )
+
+            times = {
+                "gluon": time_row(report, "grouped", shape, "gluon contiguous", "gluon",
+                                  lambda d: contiguous(glu, d), sets, flops, moved),
+                "gluon masked": time_row(report, "grouped", shape, "gluon masked", "gluon",
+                                         lambda d: masked(glu, d), sets, flops, moved),
+                "tl": time_row(report, "grouped", shape, "tl contiguous", "tl",
+                               lambda d: contiguous(tl, d), sets, flops, moved),
+                "tl masked": time_row(report, "grouped", shape, "tl masked", "tl",
+                                      lambda d: masked(tl, d), sets, flops, moved),
+                "cublas": time_row(
+                    report, "grouped", shape, "dense cuBLASLt, equal FLOPs", "cublas",
+                    lambda d: torch._scaled_mm(d["a"], d["b"][0].t(), d["sa"], d["sb"], out_dtype=torch.bfloat16,
+                                               out=d["out"]),
+                    sets, flops, total * k + n * k + 2 * total * n,
+                ),
+            }  # fmt: skip
+            summarize(report, "grouped", shape, times, flops, moved)
+            report.save()
+
+
+def mla_section(report):
+    _, gbmm, _, tl_bmm = kernels()
+    one = torch.ones((), device="cuda")
+    heads = 128
+    for k, n in [(128, 512), (512, 128)]:
+        for tokens in MLA_TOKENS:
+
+            def make(tokens=tokens, k=k, n=n):
+                x, w = fp8(heads, tokens, k), fp8(heads, n, k)
+                out = torch.empty(heads, tokens, n, device="cuda", dtype=torch.bfloat16)
+                return dict(x=x, w=w, x16=x.to(torch.bfloat16), w16=w.to(torch.bfloat16), out=out)
+
+            sets = rotating(make, heads * (tokens * k + n * k))
+            flops = 2 * heads * tokens * n * k
+            moved = heads * (tokens * k + n * k + 2 * tokens * n)
+            shape = f"h={heads} t={tokens} {k}->{n}"
+            picked = gbmm.pick_config(tokens, n)
+            times = {}
+            for config in gbmm.CONFIGS:
+                name = "gluon" if config == picked else f"gluon {config_name(config)}"
+                times[name] = time_row(
+                    report, "mla", shape, name, "gluon",
+                    lambda d, config=config: gbmm.fp8_bmm(d["x"], d["w"].transpose(1, 2), one, one, d["out"], config=config),
+                    sets, flops, moved, config_name(config),
+                )  # fmt: skip
+            times["tl"] = time_row(
+                report, "mla", shape, "tl kernel", "tl",
+                lambda d: tl_bmm.fp8_bmm(d["x"], d["w"].transpose(1, 2), one, one, d["out"]), sets, flops, moved,
+            )  # fmt: skip
+            times["bmm bf16"] = time_row(
+                report, "mla", shape, "torch.bmm bf16", "cublas",
+                lambda d: torch.bmm(d["x16"], d["w16"].transpose(1, 2), out=d["out"]), sets, flops,
+                moved + heads * (tokens * k + n * k),
+            )  # fmt: skip
+            summarize(report, "mla", shape, times, flops, moved)
+            report.save()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", "probe_out"))
+    parser.add_argument("--sections", default="check,dense,grouped,mla", help="comma-separated subset")
+    args = parser.parse_args()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    import triton
+
+    meta = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    }
+    print(meta, flush=True)
+    report = Report(out_dir, meta)
+    sections = {
+        "check": check_section,
+        "dense": dense_section,
+        "grouped": grouped_section,
+        "mla": mla_section,
+    }
+    for name in args.sections.split(","):
+        start = time.time()
+        try:
+            sections[name](report)
+        except Exception:  # report the failed section and still run the others
+            traceback.print_exc()
+            report.add(section=name, error=traceback.format_exc())
+        report.meta[f"seconds_{name}"] = round(time.time() - start, 1)
+        report.save()
+    failed = [row for row in report.rows if row.get("ok") is False or "error" in row]
+    print(f"\n{len(failed)} failed checks or errors; JSON: {out_dir / 'gluon_probe.json'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""The Hopper Gluon GEMM kernels compile for sm_90 on this CPU-only machine, as shipped.
+
+Triton 3.6 has no CPU interpreter for Gluon, so what can be checked without an H200 is the
+compiled code: every tile configuration the launchers can pick, in every layout and output
+dtype they launch it with, is compiled to a cubin for sm_90 (Triton's own ptxas) and its SASS
+and resource usage read back (Triton's own cuobjdump):
+
+- no register spills (no local-memory loads or stores, no stack) in any partition;
+- the register budgets of the partitions (``setmaxnreg``): the producer warp 24, the math
+  warpgroups what the launch's ``maxnreg`` leaves;
+- the tensor-core and TMA instructions the design relies on: FP8 wgmma (``QGMMA``), TMA loads
+  (``UTMALDG``) and, for the batched kernel, TMA stores (``UTMASTG``);
+- shared memory within the 227 KB a block may use.
+
+The compilation runs in one subprocess without ``TRITON_INTERPRET``: the CPU test folders set it
+for the tl kernels, and Triton then builds its own helpers (which Gluon's reductions call) as
+interpreted functions, which the compiler cannot take. Results on the H200 are tested in
+``tests/gpu/test_gemm_gluon.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from flashinfer._core.kernel_tier import GLUON_TRITON_VERSIONS
+
+# Triton is imported only in the subprocess: importing it here, at collection, would fix its own
+# helpers in compiled mode before tests/gemm/triton switches the interpreter on.
+TRITON = importlib.metadata.version("triton")
+pytestmark = pytest.mark.skipif(
+    tuple(int(part) for part in TRITON.split(".")[:2]) not in GLUON_TRITON_VERSIONS,
+    reason=f"the Gluon kernels use Triton {GLUON_TRITON_VERSIONS}'s Gluon API; this is Triton {TRITON}",
+)
+
+SHARED_MEMORY_LIMIT = 227 * 1024
+LAYOUTS = ("dense", "contiguous", "masked")
+# (kernel, configuration name, layout, output dtype, rows per A scale): every combination the
+# launchers can pick (the 192-row tile serves the dense layout only)
+BLOCKWISE = (
+    [("blockwise", "LARGE", "dense", "bfloat16", 1)]
+    + [("blockwise", name, layout, "bfloat16", 1) for name in ("MEDIUM", "NARROW") for layout in LAYOUTS]
+    + [("blockwise", f"SMALL_M[{w}]", layout, "bfloat16", 1) for w in (128, 64, 32) for layout in LAYOUTS]
+    + [
+        ("blockwise", "MEDIUM", "dense", "float16", 1),
+        ("blockwise", "LARGE", "dense", "float16", 128),
+        ("blockwise", "FP8_OUTPUT", "dense", "float8_e4m3fn", 1),
+    ]
+)
+BMM = [
+    ("bmm", name, "batched", out, 0)
+    for name in ("WIDE", "SQUARE", "FEW_ROWS")
+    for out in ("bfloat16", "float16")
+]
+VARIANTS = BLOCKWISE + BMM
+
+
+def variant_id(variant) -> str:
+    return "-".join(map(str, variant))
+
+
+# ---------------------------------------------------------------------------------------------
+# the subprocess: compile every variant, report what the cubin holds
+
+
+def _config(kernel, name):
+    from flashinfer.gemm.kernels import gluon_fp8_blockwise, gluon_fp8_bmm
+
+    if kernel == "bmm":
+        return getattr(gluon_fp8_bmm, name)
+    if name.startswith("SMALL_M"):
+        return gluon_fp8_blockwise.SMALL_M[int(name[8:-1])]
+    return getattr(gluon_fp8_blockwise, name)
+
+
+def _descriptor_type(block, dtype_name):
+    from triton.experimental.gluon import language as gl
+
+    short, dtype = {"float8_e4m3fn": ("fp8e4nv", gl.float8e4nv), "bfloat16": ("bf16", gl.bfloat16),
+                    "float16": ("fp16", gl.float16)}[dtype_name]  # fmt: skip
+    layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
+    return f"tensordesc<{short}[{', '.join(map(str, block))}],{layout!r}>"
+
+
+def _compile(variant):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental import gluon
+
+    from flashinfer.gemm.kernels import gluon_fp8_blockwise, gluon_fp8_bmm
+
+    kernel_kind, name, layout, out, scale_bm = variant
+    config = _config(kernel_kind, name)
+    pointer = {"bfloat16": "*bf16", "float16": "*fp16", "float8_e4m3fn": "*fp8e4nv"}
+    tile = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "SUB_N": config.sub_n,
+            "GROUP_M": config.group_m, "STAGES": config.stages}  # fmt: skip
+    if kernel_kind == "blockwise":
+        kernel = gluon_fp8_blockwise.fp8_blockwise_ws_kernel
+        typed = {
+            "a_desc": _descriptor_type([config.a_box, 128], "float8_e4m3fn"),
+            "b_desc": _descriptor_type([config.block_n, 128], "float8_e4m3fn"),
+            "out_ptr": pointer[out], "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32", "rows_ptr": "*i32",
+            "out_scale_ptr": "*fp32",
+        }  # fmt: skip
+        constexprs = {"SCALE_BM": scale_bm, "LAYOUT": LAYOUTS.index(layout), "OUT_FP8": out == "float8_e4m3fn",
+                      **tile}  # fmt: skip
+        options = config.launch_options
+    else:
+        kernel = gluon_fp8_bmm.fp8_bmm_ws_kernel
+        typed = {
+            "a_desc": _descriptor_type([config.block_m, 128], "float8_e4m3fn"),
+            "b_desc": _descriptor_type([config.block_n, 128], "float8_e4m3fn"),
+            "out_desc": _descriptor_type([1, 64, config.sub_n], out),
+            "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32",
+        }  # fmt: skip
+        constexprs = tile
+        options = {"num_warps": 4, "maxnreg": 168}
+    # every other parameter is an int32 size or stride
+    signature = {param: "i32" for param in kernel.arg_names}
+    signature.update(typed)
+    signature.update({param: "constexpr" for param in constexprs})
+    source = gluon._runtime.GluonASTSource(kernel, signature=signature, constexprs=constexprs)
+    return config, triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def _inspect(compiled, workdir) -> dict:
+    import triton
+
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    cubin = os.path.join(workdir, "kernel.cubin")
+    with open(cubin, "wb") as file:
+        file.write(compiled.asm["cubin"])
+
+    def dump(flag):
+        command = [os.path.join(tools, "cuobjdump"), flag, cubin]
+        return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+    usage, sass = dump("--dump-resource-usage"), dump("--dump-sass")
+    budgets = re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", compiled.asm["ptx"])
+    return {
+        "shared": compiled.metadata.shared,
+        "resources": {key: int(value) for key, value in re.findall(r"(REG|STACK|LOCAL):(\d+)", usage)},
+        "count": {
+            op: len(re.findall(rf"\b{op}\b", sass)) for op in ("QGMMA", "UTMALDG", "UTMASTG", "LDL", "STL")
+        },
+        "budgets": sorted({int(value) for value in budgets}),
+    }
+
+
+def compile_all(path: str) -> None:
+    """Compile every variant and write what each cubin holds (or its error) to ``path``."""
+    results = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        for variant in VARIANTS:
+            try:
+                config, compiled = _compile(variant)
+                results[variant_id(variant)] = _inspect(compiled, workdir)
+                results[variant_id(variant)]["math_budget"] = 160 if config.block_m == 192 else 240
+            except Exception as error:  # reported per variant by the tests
+                results[variant_id(variant)] = {"error": f"{type(error).__name__}: {error}"}
+    with open(path, "w") as file:
+        json.dump(results, file)
+
+
+# ---------------------------------------------------------------------------------------------
+# the tests
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gluon") / "compiled.json"
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    subprocess.run([sys.executable, __file__, str(path)], env=env, check=True, timeout=3000)
+    with open(path) as file:
+        return json.load(file)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
+def test_compiles_for_sm90_without_spills(compiled, variant):
+    result = compiled[variant_id(variant)]
+    assert "error" not in result, result.get("error")
+    print(result)
+    count, resources = result["count"], result["resources"]
+    assert count["LDL"] == count["STL"] == 0, f"register spills: {count}"
+    assert resources["STACK"] == 0 and resources["LOCAL"] == 0, resources
+    assert count["QGMMA"] > 0 and count["UTMALDG"] > 0, count
+    if variant[0] == "bmm":
+        assert count["UTMASTG"] > 0, count
+    assert {24, result["math_budget"]} <= set(result["budgets"]), (
+        f"partition register budgets {result['budgets']}"
+    )
+    assert result["shared"] <= SHARED_MEMORY_LIMIT, result["shared"]
+
+
+def test_every_shipped_config_is_compiled():
+    """The variant lists above cover each configuration the modules ship (a new one must be added)."""
+    from flashinfer.gemm.kernels import gluon_fp8_blockwise, gluon_fp8_bmm
+
+    covered = {_config(kernel, name) for kernel, name, *_ in VARIANTS}
+    assert set(gluon_fp8_blockwise.CONFIGS) | set(gluon_fp8_bmm.CONFIGS) <= covered
+
+
+if __name__ == "__main__":
+    compile_all(sys.argv[1])
