@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import torch
 
-from flashinfer._core.checks import fail
+from flashinfer._core.checks import check_no_overlap, fail, require_tensors
 from flashinfer.utils import ceil_div
 
+from ._args import Groupwise, QuantizeBlocks
 from ._dispatch import DISPATCH
-from ._validate import check_out_overlap, check_same_device, check_tensor, out_overlaps
 
 _BLOCK = 128
 _E4M3 = torch.float8_e4m3fn
@@ -73,7 +73,6 @@ def _check_scales(input, weight, input_scale, weight_scale, M, N, K):
     if input_is_fp8:
         if input_scale is None:
             raise ValueError("input_scale is required when input is FP8. ")
-        check_tensor(input_scale, "input_scale")
         if input_scale.dtype != torch.float32:
             raise ValueError(f"input_scale must be float32, got {input_scale.dtype}")
         if input_scale.device != input.device:
@@ -94,7 +93,6 @@ def _check_scales(input, weight, input_scale, weight_scale, M, N, K):
     if weight_is_fp8:
         if weight_scale is None:
             raise ValueError("weight_scale is required when weight is FP8. ")
-        check_tensor(weight_scale, "weight_scale")
         per_token, per_block = (N, kb), (ceil_div(N, _BLOCK), kb)
         if weight_scale.shape != per_token and weight_scale.shape != per_block:
             raise ValueError(
@@ -104,7 +102,7 @@ def _check_scales(input, weight, input_scale, weight_scale, M, N, K):
             )
         if weight_scale.dtype != torch.float32:
             raise ValueError(f"weight_scale must be float32, got {weight_scale.dtype}")
-        check_same_device(weight_scale, "weight_scale", input.device, "input")
+        _check_device(weight_scale, "weight_scale", input.device)
     else:
         if weight.dtype != _BF16:
             raise ValueError(
@@ -125,7 +123,6 @@ def _output_dtype(out, out_dtype, M, N, input) -> torch.dtype:
         if dtype not in _OUT:
             raise ValueError(f"Output dtype must be torch.bfloat16 or torch.float16, got {dtype}")
         return dtype
-    check_tensor(out, "out")
     if out.shape != (M, N):
         raise ValueError(f"Output shape mismatch. Expected ({M}, {N}), got {out.shape}")
     if out.device != input.device:
@@ -140,13 +137,17 @@ def _output_dtype(out, out_dtype, M, N, input) -> torch.dtype:
 def _check_layout(input, weight, input_scale, weight_scale, out) -> None:
     """What upstream's kernel assumes without checking: one device, K-major operands, an ``out``
     that does not share memory with the operands."""
-    check_same_device(weight, "weight", input.device, "input")
+    _check_device(weight, "weight", input.device)
     for arg, x in (("input", input), ("weight", weight)):
         if x.shape[1] > 1 and x.stride(1) != 1:
             fail(ValueError, arg, "a K-major tensor (stride 1 along K)", x)
-    # the operands' storages are compared on every call (two pointer reads when they differ)
-    if out is not None and out_overlaps(out, input, weight):
-        check_out_overlap(out, {"input": input, "weight": weight})
+    if out is not None:
+        check_no_overlap(out, "out", ("input", "weight"), input, weight)
+
+
+def _check_device(x, arg: str, device) -> None:
+    if x.device != device:
+        fail(ValueError, arg, f"a tensor on {device} (the device of `input`)", f"a tensor on {x.device}")
 
 
 def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None, out=None, out_dtype=None):
@@ -218,12 +219,16 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
     >>> fp8_blockscale_gemm_sm90(x, w_fp8, None, torch.ones(1, 2)).shape
     torch.Size([4, 128])
     """
-    check_tensor(input, "input")
-    check_tensor(weight, "weight")
-    M, N, K = _check_operands(input, weight)
-    input_scale, weight_scale = _check_scales(input, weight, input_scale, weight_scale, M, N, K)
-    dtype = _output_dtype(out, out_dtype, M, N, input)
-    _check_layout(input, weight, input_scale, weight_scale, out)
+    try:
+        M, N, K = _check_operands(input, weight)
+        input_scale, weight_scale = _check_scales(input, weight, input_scale, weight_scale, M, N, K)
+        dtype = _output_dtype(out, out_dtype, M, N, input)
+        _check_layout(input, weight, input_scale, weight_scale, out)
+    except AttributeError:
+        require_tensors(
+            input=input, weight=weight, input_scale=input_scale, weight_scale=weight_scale, out=out
+        )
+        raise
     device = input.device
     if out is None:
         out = torch.empty((M, N), dtype=dtype, device=device)
@@ -237,15 +242,15 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
         a = torch.empty((M, K), dtype=_E4M3, device=device)
         # column-major (M, K/128): the layout cuBLASLt's 1x128 scales take without a copy
         input_scale = torch.empty((k_blocks, M), dtype=torch.float32, device=device).t()
-        impl.quantize_fp8_blocks(input, 1, a, input_scale)
+        impl.quantize_fp8_blocks(QuantizeBlocks(input, 1, a, input_scale))
     else:
         a = input
     if weight.dtype == _BF16:
         b = torch.empty((N, K), dtype=_E4M3, device=device)
         weight_scale = torch.empty((ceil_div(N, _BLOCK), k_blocks), dtype=torch.float32, device=device)
-        impl.quantize_fp8_blocks(weight, _BLOCK, b, weight_scale)
+        impl.quantize_fp8_blocks(QuantizeBlocks(weight, _BLOCK, b, weight_scale))
     else:
         b = weight
     block_n = 1 if weight_scale.shape[0] == N else _BLOCK  # N >= 64 tells the two shapes apart
-    impl.gemm_groupwise(a, b, input_scale, weight_scale, 1, block_n, _BLOCK, out)
+    impl.gemm_groupwise(Groupwise(a, b, input_scale, weight_scale, False, False, 1, block_n, _BLOCK, out))
     return out
