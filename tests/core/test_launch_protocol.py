@@ -41,7 +41,7 @@ def _combine_takes_sink_in_lse(launch: dict) -> dict:
 
 
 # Deliberate differences from the reference record: (why, launch -> expected launch).
-CHANGES = []
+CHANGES = [_combine_takes_sink_in_lse]
 
 
 def expected_record() -> dict:

@@ -527,6 +527,6 @@ def mla_decode(call, rows: KeyRows) -> None:
             workspace, workspace_pad, sinks_arg, scale2, out, lse_arg, heads, q_len, num_splits,
             *out.stride()[:3], *lse_strides,
             D_V=d_v, SPLITS_POW2=next_positive_power_of_2(num_splits),
-            HAS_SINKS=has_sinks, HAS_LSE=has_lse, SCALE2_ON_DEVICE=scale2_on_device,
+            HAS_SINKS=has_sinks, HAS_LSE=has_lse, SCALE2_ON_DEVICE=scale2_on_device, SINK_IN_LSE=False,
             num_warps=4,
         )  # fmt: skip
