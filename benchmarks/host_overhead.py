@@ -50,6 +50,7 @@ def gemm_cases():
     sa_mn, sb_mn = sa.t().contiguous(), sb.t().contiguous()  # MN-major storage
     sa_trtllm = sa.t().contiguous().t()  # trtllm: the (m, k/128) view of MN-major storage
     sa_block = torch.ones(1, 2)  # (128, 128, 128): one 128-row block
+    sa_block_mn = sa_block.t().contiguous()
     o2 = torch.empty(16, 256, dtype=BF16)
     o8, out_scale = torch.empty(16, 256, dtype=E4M3), torch.empty(16, 2)
     ids = torch.zeros(16, dtype=torch.int32)
@@ -119,7 +120,7 @@ def gemm_cases():
             "gemm_fp8_nt_blockscaled",
             "MN, out=",
             g,
-            lambda: G.gemm_fp8_nt_blockscaled(a, b, sa_block.t(), sb_mn, out=o2),
+            lambda: G.gemm_fp8_nt_blockscaled(a, b, sa_block_mn, sb_mn, out=o2),
         ),
         (
             "fp8_blockscale_gemm_sm90",

@@ -175,9 +175,13 @@ def trtllm_batch_decode_with_kv_cache_mla(
     if max_q_len is not None and cum_seq_lens_q is None:
         raise ValueError("max_q_len is only meaningful with cum_seq_lens_q (compact variable-length queries)")
     if isinstance(kv_cache, torch.Tensor) and kv_cache.dtype == _PACKED_DTYPE:
-        # upstream's `sparse` backend form (656-byte packed FP8 rows): its own rules, see
-        # _packed_decode; locals() is exactly this call's arguments here
-        return packed_decode(**locals())
+        # upstream's `sparse` backend form (656-byte packed FP8 rows): its own rules, see _packed_decode
+        return packed_decode(
+            query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens,
+            sparse_mla_top_k, out, bmm1_scale, bmm2_scale, sinks, skip_softmax_threshold_scale_factor,
+            uses_shared_paged_kv_idx, lse, return_lse, kv_scale_format, cum_seq_lens_q, multi_ctas_kv_counter_buffer,
+            sparse_mla_top_k_lens, enable_dcp, cp_world, cp_rank, causal_seqlens_kv_global, use_fp16_softmax, metadata,
+        )  # fmt: skip
     compact = cum_seq_lens_q is not None
     if (kv_lora_rank, qk_rope_head_dim) not in _checks.MLA_DIMS:
         raise ValueError(

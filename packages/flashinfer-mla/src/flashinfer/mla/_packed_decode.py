@@ -21,6 +21,8 @@ Semantics that differ from the 576-wide form, as upstream's ``sparse`` backend h
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .._core.checks import describe, fail, require_tensors
@@ -38,18 +40,21 @@ MAX_HEADS = 128
 
 
 def packed_decode(
-    query, kv_cache, workspace_buffer, qk_nope_head_dim, kv_lora_rank, qk_rope_head_dim, block_tables,
-    seq_lens, max_seq_len, sparse_mla_top_k, out, bmm1_scale, bmm2_scale, sinks,
-    skip_softmax_threshold_scale_factor, enable_pdl, backend, is_var_seq, uses_shared_paged_kv_idx, lse,
-    return_lse, cute_dsl_impl, kv_scale_format, cum_seq_lens_q, max_q_len, multi_ctas_kv_counter_buffer,
-    sparse_mla_top_k_lens, enable_dcp, cp_world, cp_rank, causal_seqlens_kv_global, use_fp16_softmax,
-    metadata,
+    query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens,
+    sparse_mla_top_k, out, bmm1_scale, bmm2_scale, sinks, skip_softmax_threshold_scale_factor,
+    uses_shared_paged_kv_idx, lse, return_lse, kv_scale_format, cum_seq_lens_q, multi_ctas_kv_counter_buffer,
+    sparse_mla_top_k_lens, enable_dcp, cp_world, cp_rank, causal_seqlens_kv_global, use_fp16_softmax, metadata,
 ):  # fmt: skip
-    """The packed-cache form; the public function's arguments, ``kv_cache`` being uint8."""
-    for name, scale in (("bmm1_scale", bmm1_scale), ("bmm2_scale", bmm2_scale)):
-        if isinstance(scale, torch.Tensor) and scale.dtype != torch.float32:
-            raise TypeError(f"{name} tensor must have dtype torch.float32, got {scale.dtype}")
-    # the options every form shares
+    """The packed-cache form: the public function's arguments that matter here, in its order
+    (``kv_cache`` is uint8; ``backend`` and ``max_q_len`` are checked)."""
+    # ---- options
+    if (
+        type(bmm1_scale) is not float
+        or not -math.inf < bmm1_scale < math.inf
+        or type(bmm2_scale) is not float
+        or bmm2_scale != 1.0
+    ):
+        _check_scales(bmm1_scale, bmm2_scale)
     if enable_dcp is not False or cp_world != 1 or cp_rank != 0 or causal_seqlens_kv_global is not None:
         _checks.reject_parallel_options(enable_dcp, cp_world, cp_rank, causal_seqlens_kv_global)
     if use_fp16_softmax is not None and not isinstance(use_fp16_softmax, bool):
@@ -59,23 +64,52 @@ def packed_decode(
             "sparse_mla_top_k_lens is only supported by the native qk_rope_head_dim=0 MLA path, not with "
             "the packed 656-byte kv_cache (pass the per-token top-k lengths as seq_lens)"
         )
-    _check_form_options(sparse_mla_top_k, skip_softmax_threshold_scale_factor, uses_shared_paged_kv_idx,
-                        bmm1_scale, bmm2_scale)  # fmt: skip
-    bmm1 = _checks.check_scale(bmm1_scale, "bmm1_scale", None)
+    if type(sparse_mla_top_k) is not int or sparse_mla_top_k <= 0:
+        raise ValueError(f"{_FORM} requires sparse_mla_top_k > 0, got {sparse_mla_top_k!r}")
+    if skip_softmax_threshold_scale_factor is not None:
+        raise ValueError("skip_softmax is not supported for sparse MLA")
+    if not uses_shared_paged_kv_idx:
+        raise ValueError(f"{_FORM} expects shared sparse page indices (uses_shared_paged_kv_idx=True)")
+    if kv_scale_format not in KV_SCALE_FORMATS:
+        check_scale_format(kv_scale_format)
+
+    # ---- tensors, in upstream's order
     try:
-        _check_query(query, kv_lora_rank, qk_rope_head_dim)
+        if not isinstance(query, torch.Tensor):
+            fail(TypeError, "query", "a torch.Tensor", describe(query))
+        q_shape = query.shape
+        if len(q_shape) != 4:
+            raise ValueError(f"Expected query.ndim == 4, got {len(q_shape)}")
+        if query.dtype != torch.bfloat16:
+            raise ValueError(f"{_FORM} expects BF16 query, got {query.dtype}")
+        if kv_lora_rank != NOPE or qk_rope_head_dim != ROPE or q_shape[-1] != NOPE + ROPE:
+            raise ValueError(
+                f"{_FORM} expects kv_lora_rank=512, qk_rope_head_dim=64, and query head dim 576; got "
+                f"kv_lora_rank={kv_lora_rank}, qk_rope_head_dim={qk_rope_head_dim}, query dim={q_shape[-1]}"
+            )
+        if not query.is_contiguous():
+            fail(ValueError, "query", "a contiguous tensor", query)
         device = query.device
         _checks.check_workspace(workspace_buffer, device)
-        batch, q_len, heads, _ = query.shape
-        _check_indices(block_tables, (batch, q_len, sparse_mla_top_k), device)
+        batch, q_len, heads, _ = q_shape
+        if block_tables.dtype != torch.int32:
+            raise ValueError(f"block_tables must have dtype torch.int32, got {block_tables.dtype}")
+        if block_tables.device != device:
+            raise ValueError(f"block_tables must be on query device {device}, got {block_tables.device}")
+        if block_tables.shape != (batch, q_len, sparse_mla_top_k):
+            shape = (batch, q_len, sparse_mla_top_k)
+            raise ValueError(
+                f"{_FORM} expects sparse block_tables shape {shape}, got {tuple(block_tables.shape)}"
+            )
+        if not block_tables.is_contiguous():
+            fail(ValueError, "block_tables", "a contiguous tensor", block_tables)
         _check_cache(kv_cache, device)
-        lengths = _token_lengths(seq_lens, batch, q_len, device)
+        lengths = None if seq_lens is None else _token_lengths(seq_lens, batch, q_len, device)
         if heads > MAX_HEADS:
             raise ValueError(f"Expected num_heads <= {MAX_HEADS}, got {heads}")
         if cum_seq_lens_q is not None:
             expected = "None with the packed kv_cache (its query is [batch, q_len, ...])"
             fail(ValueError, "cum_seq_lens_q", expected, cum_seq_lens_q)
-        check_scale_format(kv_scale_format)
         if sinks is not None:
             sinks = _checks.check_sinks(sinks, heads, device)
         if multi_ctas_kv_counter_buffer is not None:
@@ -92,11 +126,12 @@ def packed_decode(
             _checks.check_lse(lse, batch * q_len, q_len, heads, device)
     except AttributeError:
         require_tensors(
-            ValueError, query=query, kv_cache=kv_cache, workspace_buffer=workspace_buffer, block_tables=block_tables,
+            ValueError, kv_cache=kv_cache, workspace_buffer=workspace_buffer, block_tables=block_tables,
             seq_lens=seq_lens, out=out, lse=lse, multi_ctas_kv_counter_buffer=multi_ctas_kv_counter_buffer,
         )  # fmt: skip
         raise
 
+    # ---- outputs, one call
     if out is None:
         out = out4 = torch.empty(out_shape, dtype=torch.bfloat16, device=device)
     if lse is None and return_lse:
@@ -106,7 +141,19 @@ def packed_decode(
         return result
     plan = None if metadata is None else metadata.plan
     DISPATCH.module(device).packed_sparse_decode(
-        Decode(query, kv_cache, block_tables, lengths, bmm1, 1.0, sinks, out4, lse, plan, workspace_buffer)
+        Decode(
+            query,
+            kv_cache,
+            block_tables,
+            lengths,
+            float(bmm1_scale),
+            1.0,
+            sinks,
+            out4,
+            lse,
+            plan,
+            workspace_buffer,
+        )
     )
     return result
 
@@ -119,48 +166,17 @@ def check_scale_format(kv_scale_format) -> str:
     return name
 
 
-def _check_form_options(topk, skip_softmax, shared_index, bmm1_scale, bmm2_scale) -> None:
-    if not isinstance(topk, int) or isinstance(topk, bool) or topk <= 0:
-        raise ValueError(f"{_FORM} requires sparse_mla_top_k > 0, got {topk!r}")
-    if skip_softmax is not None:
-        raise ValueError("skip_softmax is not supported for sparse MLA")
-    if not shared_index:
-        raise ValueError(f"{_FORM} expects shared sparse page indices (uses_shared_paged_kv_idx=True)")
-    if isinstance(bmm1_scale, torch.Tensor):
-        raise ValueError(f"{_FORM} expects bmm1_scale to be a float")
-    if isinstance(bmm2_scale, torch.Tensor):
-        raise ValueError(f"{_FORM} expects bmm2_scale to be a float")
+def _check_scales(bmm1_scale, bmm2_scale) -> None:
+    """Upstream's scale rules of this form: Python floats, ``bmm2_scale`` exactly 1.0."""
+    for name, scale in (("bmm1_scale", bmm1_scale), ("bmm2_scale", bmm2_scale)):
+        if isinstance(scale, torch.Tensor) and scale.dtype != torch.float32:
+            raise TypeError(f"{name} tensor must have dtype torch.float32, got {scale.dtype}")
+    for name, scale in (("bmm1_scale", bmm1_scale), ("bmm2_scale", bmm2_scale)):
+        if isinstance(scale, torch.Tensor):
+            raise ValueError(f"{_FORM} expects {name} to be a float")
     if isinstance(bmm2_scale, bool) or not isinstance(bmm2_scale, (int, float)) or float(bmm2_scale) != 1.0:
         raise ValueError(f"{_FORM} does not support bmm2_scale (it must be 1.0), got {bmm2_scale!r}")
-
-
-def _check_query(query, kv_lora_rank, qk_rope_head_dim) -> None:
-    if not isinstance(query, torch.Tensor):
-        fail(TypeError, "query", "a torch.Tensor", describe(query))
-    if query.dim() != 4:
-        raise ValueError(f"Expected query.ndim == 4, got {query.dim()}")
-    if query.dtype != torch.bfloat16:
-        raise ValueError(f"{_FORM} expects BF16 query, got {query.dtype}")
-    if kv_lora_rank != NOPE or qk_rope_head_dim != ROPE or query.shape[-1] != NOPE + ROPE:
-        raise ValueError(
-            f"{_FORM} expects kv_lora_rank=512, qk_rope_head_dim=64, and query head dim 576; got "
-            f"kv_lora_rank={kv_lora_rank}, qk_rope_head_dim={qk_rope_head_dim}, query dim={query.shape[-1]}"
-        )
-    if not query.is_contiguous():
-        fail(ValueError, "query", "a contiguous tensor", query)
-
-
-def _check_indices(block_tables, shape, device) -> None:
-    if block_tables.dtype != torch.int32:
-        raise ValueError(f"block_tables must have dtype torch.int32, got {block_tables.dtype}")
-    if block_tables.device != device:
-        raise ValueError(f"block_tables must be on query device {device}, got {block_tables.device}")
-    if tuple(block_tables.shape) != shape:
-        raise ValueError(
-            f"{_FORM} expects sparse block_tables shape {shape}, got {tuple(block_tables.shape)}"
-        )
-    if not block_tables.is_contiguous():
-        fail(ValueError, "block_tables", "a contiguous tensor", block_tables)
+    _checks.check_scale(bmm1_scale, "bmm1_scale", None)
 
 
 def _check_cache(kv_cache, device) -> None:
@@ -200,14 +216,14 @@ def _check_cache(kv_cache, device) -> None:
 
 def _token_lengths(seq_lens, batch, q_len, device):
     """Upstream's ``_normalize_sm120_sparse_v32_topk_length``: ``[batch * q_len]`` int32 or None."""
-    if seq_lens is None:
-        return None
     if seq_lens.dtype != torch.int32:
         raise ValueError(f"seq_lens must have dtype torch.int32, got {seq_lens.dtype}")
     if seq_lens.device != device:
         raise ValueError(f"seq_lens must be on device {device}, got {seq_lens.device}")
     tokens = batch * q_len
     shape = tuple(seq_lens.shape)
+    if shape == (tokens,) and seq_lens.is_contiguous():
+        return seq_lens
     if shape == (batch, q_len) or shape == (tokens,):
         # a copy only for a strided tensor (upstream's .contiguous() does the same)
         return seq_lens.reshape(tokens).contiguous()
