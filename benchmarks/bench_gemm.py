@@ -131,17 +131,26 @@ def gluon_tier():
 
 def tier_kernels(op: str) -> list:
     """(name, tier, launcher) of each of our kernel tiers for ``op``: the Gluon kernel where it
-    runs, and the portable tl kernel."""
+    runs, and the portable tl kernel. Each launcher takes the tensors in the order of the op's
+    record (``flashinfer.gemm._args``) and builds the record."""
+    from flashinfer.gemm._args import Bmm, GroupedContiguous, GroupedMasked
     from flashinfer.gemm.kernels import fp8_blockwise, fp8_bmm
 
-    portable = {"bmm": fp8_bmm.fp8_bmm, "contiguous": fp8_blockwise.group_gemm_contiguous,
-                "masked": fp8_blockwise.group_gemm_masked}  # fmt: skip
+    def launchers(bmm, contiguous, masked):
+        return {
+            "bmm": lambda A, B, A_scale, B_scale, out: bmm(Bmm(A, B, out, A_scale, B_scale)),
+            "contiguous": lambda *tensors: contiguous(GroupedContiguous(*tensors)),
+            "masked": lambda *tensors: masked(GroupedMasked(*tensors)),
+        }
+
+    portable = launchers(
+        fp8_bmm.fp8_bmm, fp8_blockwise.group_gemm_contiguous, fp8_blockwise.group_gemm_masked
+    )
     kernels = [("tl kernel", "tl", portable[op])]
     gluon = gluon_tier()
     if gluon is not None:
         blockwise, bmm = gluon
-        launch = {"bmm": bmm.fp8_bmm, "contiguous": blockwise.group_gemm_contiguous,
-                  "masked": blockwise.group_gemm_masked}  # fmt: skip
+        launch = launchers(bmm.fp8_bmm, blockwise.group_gemm_contiguous, blockwise.group_gemm_masked)
         kernels.insert(0, ("Gluon kernel", "gluon", launch[op]))
     return kernels
 
@@ -152,6 +161,7 @@ def cublas_block_scales(a_scale, b_scale):
 
 
 def groupwise_section(table, fg, impls):
+    from flashinfer.gemm._args import Groupwise
     from flashinfer.gemm.kernels import fp8_blockwise
 
     gluon = gluon_tier()
@@ -187,12 +197,16 @@ def groupwise_section(table, fg, impls):
                 fg.gemm_fp8_nt_groupwise(d["a"], d["b"], d["a_scale_mn"], d["b_scale_mn"], "MN", out=d["out"])
 
             def triton_fn(d):
-                fp8_blockwise.gemm_groupwise(
-                    d["a"], d["b"], d["a_scale"], d["b_scale"], 1, 128, 128, d["out"]
+                call = Groupwise(
+                    d["a"], d["b"], d["a_scale"], d["b_scale"], False, False, 1, 128, 128, d["out"]
                 )
+                fp8_blockwise.gemm_groupwise(call)
 
             def gluon_fn(d):
-                gluon[0].gemm_groupwise(d["a"], d["b"], d["a_scale"], d["b_scale"], 1, d["out"])
+                call = Groupwise(
+                    d["a"], d["b"], d["a_scale"], d["b_scale"], False, False, 1, 128, 128, d["out"]
+                )
+                gluon[0].gemm_groupwise(call)
 
             anchor = None
             if m % 4 == 0:  # cuBLASLt's block scaling needs m % 4 == 0 (see _cuda)
@@ -533,6 +547,7 @@ def autotune_choices():
 
 def reference_section(table):
     from flashinfer.gemm import _reference
+    from flashinfer.gemm._args import Bmm, Groupwise
 
     one = torch.ones((), device="cuda")
     for m, n, k in [(16, 2112, 7168), (128, 7168, 2048)]:
@@ -544,10 +559,13 @@ def reference_section(table):
             return dict(x=x, w=w, sa=sa, sb=sb, out=torch.empty(1, m, n, device="cuda", dtype=torch.bfloat16))
 
         def bmm_fn(d, one=one):
-            _reference.bmm(d["x"], d["w"], d["out"], one, one)
+            _reference.bmm(Bmm(d["x"], d["w"], d["out"], one, one))
 
         def groupwise_fn(d):
-            _reference.gemm_groupwise(d["x"][0], d["w"][0].t(), d["sa"], d["sb"], 1, 128, 128, d["out"][0])
+            call = Groupwise(
+                d["x"][0], d["w"][0].t(), d["sa"], d["sb"], False, False, 1, 128, 128, d["out"][0]
+            )
+            _reference.gemm_groupwise(call)
 
         flops, moved = 2 * m * n * k, m * k + n * k + 2 * m * n
         sets = rotating(make, m * k + n * k)

@@ -97,10 +97,13 @@ def sparse_case(batch, heads, q_len, dtype, topk=TOPK, seed=0, with_kv=True):
 
 
 def run_sparse(impl, case, plan):
+    """One sparse decode through ``impl`` (``_cuda`` or ``_reference``), the pool as one-token pages."""
+    from flashinfer.mla._args import Decode
+
     c = case
     impl.sparse_decode(
-        c["query"], c["kv"], c["indices"], c["seq_lens"], c["bmm1_scale"], c["bmm2_scale"],
-        c["sinks"], c["out"], c["lse"], plan, c["workspace"],
+        Decode(c["query"], c["kv"].unsqueeze(1), c["indices"], c["seq_lens"], c["bmm1_scale"], c["bmm2_scale"],
+               c["sinks"], c["out"], c["lse"], plan, c["workspace"])
     )  # fmt: skip
 
 
@@ -140,7 +143,13 @@ def decode_shapes(targets_only):
 
 def kernel_and_plan(case, plan):
     """The decode kernel module that runs ``case`` (its tier) and that kernel's plan."""
-    return _cuda._decode_kernel(case["query"], case["kv"], D_V, plan, case["kv"].stride(0))
+    from flashinfer.mla._args import Decode
+
+    c = case
+    call = Decode(c["query"], c["kv"].unsqueeze(1), c["indices"], c["seq_lens"], c["bmm1_scale"], c["bmm2_scale"],
+                  c["sinks"], c["out"], c["lse"], plan, c["workspace"])  # fmt: skip
+    kernel, call, _ = _cuda._decode_kernel(call, paged=False)
+    return kernel, call.plan
 
 
 def bench_decode(copy_bw, rows, reference_shapes, targets_only):
@@ -210,19 +219,14 @@ def packed_case(batch, heads, q_len, topk=TOPK, seed=0):
 
 
 def run_packed(case, plan):
+    """One packed-cache decode through ``_cuda``, the pool of 656-byte rows as one-row pages."""
+    from flashinfer.mla._args import Decode
+
     c = case
     _cuda.packed_sparse_decode(
-        c["query"],
-        c["rows"],
-        c["indices"],
-        None,
-        c["bmm1_scale"],
-        None,
-        c["out"],
-        c["lse"],
-        plan,
-        c["workspace"],
-    )
+        Decode(c["query"], c["rows"].unsqueeze(1), c["indices"], None, c["bmm1_scale"], 1.0, None, c["out"],
+               c["lse"], plan, c["workspace"])
+    )  # fmt: skip
 
 
 def unpack(rows):
@@ -398,9 +402,11 @@ def rope_case(tokens, heads=128):
         "quantize_dtype": torch.float8_e4m3fn, "q_rope_out": q_out[..., D_V:], "k_rope_out": k_rope_out,
         "q_nope_out": q_out[..., :D_V], "k_nope_out": k_nope_out,
     }  # fmt: skip
-    internal = (
-        q_rope, k_rope[:, None], q_nope, k_nope[:, None], cos_sin, pos, False, 1.0, 1.0,
-        q_out[..., D_V:], k_rope_out[:, None], q_out[..., :D_V], k_nope_out[:, None],
+    from flashinfer.mla._args import Rope
+
+    internal = Rope(
+        q_rope, k_rope, q_nope, k_nope, cos_sin, pos, False, 1.0, 1.0,
+        q_out[..., D_V:], k_rope_out, q_out[..., :D_V], k_nope_out,
     )  # fmt: skip
     nbytes = tokens * (heads + 1) * DIM * (2 + 1)
     return public, internal, nbytes
@@ -442,7 +448,7 @@ def bench_rope(copy_bw, rows, upstream=False):
             flashinfer.rope.mla_rope_quantize_fp8(**public)
 
         def launcher(internal=internal):
-            _cuda.rope_quantize(*internal)
+            _cuda.rope_quantize(internal)
 
         # upstream is timed through its public API only (its kernel launcher is private)
         kernel = api if upstream else launcher

@@ -41,12 +41,21 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_gemm import HBM_BYTES_PER_S, PEAK_FLOPS, bench, ceil_div, cublas_block_scales, fp8, rotating  # noqa: E402
 
+from flashinfer.gemm._args import Bmm, GroupedContiguous, GroupedMasked  # noqa: E402
+
 DENSE_M = [16, 64, 128, 512, 4096]
 DENSE_NK = [(7168, 2048), (4096, 7168), (2112, 7168)]
 GROUPED = [(4, 1024), (4, 8192), (8, 256), (8, 2048), (32, 256), (32, 512)]
 GROUPED_NK = [(4096, 7168), (7168, 2048)]
 MLA_TOKENS = [64, 128, 256, 512]
 E4M3 = torch.float8_e4m3fn
+
+
+def groupwise(a, b, a_scale, b_scale, out, output_scale=None):
+    """The record of a dense 1x128 x 128x128 call with logical scale views."""
+    from flashinfer.gemm._args import Groupwise
+
+    return Groupwise(a, b, a_scale, b_scale, False, False, 1, 128, 128, out, output_scale)
 
 
 def kernels():
@@ -115,7 +124,7 @@ def check_section(report):
         sa = pow2(ceil_div(k, 128), m).t()
         sb = pow2(ceil_div(k, 128), ceil_div(n, 128)).t()
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        glu.gemm_groupwise(a, b, sa, sb, 1, out, config=config)
+        glu.gemm_groupwise(groupwise(a, b, sa, sb, out), config=config)
         record(f"dense {name}", f"{m}x{n}x{k} MN", error_ratio(out, dequant(a, sa, 1) @ dequant(b, sb, 128).t(),
                                                                   2**-8, 2e-3))  # fmt: skip
         if config.block_m == 192:
@@ -131,7 +140,7 @@ def check_section(report):
         a, b = fp8(rows, k), fp8(groups, n, k)
         sa, sb = pow2(rows, k // 128), pow2(groups, n // 128, k // 128)
         out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        glu.group_gemm_contiguous(a, b, sa, sb, ids, out, config=config)
+        glu.group_gemm_contiguous(GroupedContiguous(a, b, sa, sb, ids, out), config=config)
         oracle = torch.zeros(rows, n, dtype=torch.float64, device="cuda")
         for g in range(groups):
             mine = ids == g
@@ -147,7 +156,7 @@ def check_section(report):
         for g, valid in enumerate(masked_m.tolist()):
             a[g, valid:] = torch.full(a[g, valid:].shape, float("nan"), device="cuda").to(E4M3)
         out = torch.full((groups, m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        glu.group_gemm_masked(a, b, sa, sb, masked_m, 256, out, config=config)
+        glu.group_gemm_masked(GroupedMasked(a, b, sa, sb, masked_m, 256, out), config=config)
         worst, untouched = 0.0, True
         for g, valid in enumerate(masked_m.tolist()):
             if valid:
@@ -161,7 +170,7 @@ def check_section(report):
     a, b, sa, sb = fp8(m, k), fp8(n, k), pow2(m, k // 128), pow2(17, k // 128)
     out8 = torch.empty(m, n, device="cuda", dtype=E4M3)
     scales = torch.full((m, 17), float("nan"), device="cuda")
-    glu.gemm_groupwise(a, b, sa, sb, 1, out8, scales)
+    glu.gemm_groupwise(groupwise(a, b, sa, sb, out8, scales))
     acc = dequant(a, sa, 1) @ dequant(b, sb, 128).t()
     record("dense fp8 output", f"{m}x{n}x{k}",
            error_ratio(out8.double() * scales.double().repeat_interleave(128, 1)[:, :n], acc, 2**-5, 2e-3))  # fmt: skip
@@ -171,7 +180,7 @@ def check_section(report):
             A, B = fp8(128, tokens, k), fp8(128, n, k).transpose(1, 2)
             A_scale, B_scale = pow2(128, tokens, 1), pow2(128, 1, n)
             out = torch.full((128, tokens, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-            gbmm.fp8_bmm(A, B, A_scale, B_scale, out, config=config)
+            gbmm.fp8_bmm(Bmm(A, B, out, A_scale, B_scale), config=config)
             oracle = A.double() @ B.double() * A_scale.double() * B_scale.double()
             record(
                 f"bmm {config_name(config)}",
@@ -237,7 +246,7 @@ def dense_section(report):
                 name = "gluon" if config == picked else f"gluon {config_name(config)}"
                 times[name] = time_row(
                     report, "dense", shape, name, "gluon",
-                    lambda d, config=config: glu.gemm_groupwise(d["a"], d["b"], d["a_scale"], d["b_scale"], 1, d["out"], config=config),
+                    lambda d, config=config: glu.gemm_groupwise(groupwise(d["a"], d["b"], d["a_scale"], d["b_scale"], d["out"]), config=config),
                     sets, flops, moved, config_name(config),
                 )  # fmt: skip
             times["cublas"] = time_row(
@@ -247,7 +256,7 @@ def dense_section(report):
             )  # fmt: skip
             times["tl"] = time_row(
                 report, "dense", shape, "tl kernel", "tl",
-                lambda d: tl.gemm_groupwise(d["a"], d["b"], d["a_scale"], d["b_scale"], 1, 128, 128, d["out"]),
+                lambda d: tl.gemm_groupwise(groupwise(d["a"], d["b"], d["a_scale"], d["b_scale"], d["out"])),
                 sets, flops, moved,
             )  # fmt: skip
             summarize(report, "dense", shape, times, flops, moved)
@@ -277,14 +286,14 @@ def grouped_section(report):
             shape = f"G={groups} rows={rows} n={n} k={k}"
 
             def masked(kernel, d, groups=groups, rows=rows, n=n):
-                kernel.group_gemm_masked(
+                kernel.group_gemm_masked(GroupedMasked(
                     d["a"].view(groups, rows, -1), d["b"], d["a_scale"].view(groups, rows, -1), d["b_scale"],
                     d["masked_m"], rows, d["out"].view(groups, rows, n),
-                )  # fmt: skip
+                ))  # fmt: skip
 
             def contiguous(kernel, d):
                 kernel.group_gemm_contiguous(
-                    d["a"], d["b"], d["a_scale"], d["b_scale"], d["m_indices"], d["out"]
+                    GroupedContiguous(d["a"], d["b"], d["a_scale"], d["b_scale"], d["m_indices"], d["out"])
                 )
 
             times = {
@@ -329,12 +338,12 @@ def mla_section(report):
                 name = "gluon" if config == picked else f"gluon {config_name(config)}"
                 times[name] = time_row(
                     report, "mla", shape, name, "gluon",
-                    lambda d, config=config: gbmm.fp8_bmm(d["x"], d["w"].transpose(1, 2), one, one, d["out"], config=config),
+                    lambda d, config=config: gbmm.fp8_bmm(Bmm(d["x"], d["w"].transpose(1, 2), d["out"], one, one), config=config),
                     sets, flops, moved, config_name(config),
                 )  # fmt: skip
             times["tl"] = time_row(
                 report, "mla", shape, "tl kernel", "tl",
-                lambda d: tl_bmm.fp8_bmm(d["x"], d["w"].transpose(1, 2), one, one, d["out"]), sets, flops, moved,
+                lambda d: tl_bmm.fp8_bmm(Bmm(d["x"], d["w"].transpose(1, 2), d["out"], one, one)), sets, flops, moved,
             )  # fmt: skip
             times["bmm bf16"] = time_row(
                 report, "mla", shape, "torch.bmm bf16", "cublas",

@@ -70,7 +70,7 @@ def main():
 
     public, internal, _ = rope_case(1)
     rope_api = lambda: flashinfer.rope.mla_rope_quantize_fp8(**public)  # noqa: E731
-    rope_impl = lambda: _cuda.rope_quantize(*internal)  # noqa: E731
+    rope_impl = lambda: _cuda.rope_quantize(internal)  # noqa: E731
     case = sparse_case(1, 128, 1, torch.float8_e4m3fn)
     plan = _cuda.decode_plan(1, 1, 128, bench_mla.TOPK, case["query"].device)
     decode_impl = lambda: run_sparse(_cuda, case, plan)  # noqa: E731

@@ -25,15 +25,15 @@ def test_implementation_kind_by_device(monkeypatch):
 def test_force_reference_env(monkeypatch):
     from flashinfer.gemm._dispatch import DISPATCH
 
-    monkeypatch.setattr(dispatch, "ROUTING", dispatch.ROUTING)  # restored after the test
-    monkeypatch.setenv(dispatch.FORCE_REFERENCE_ENV, "1")
-    dispatch.reload_environment()
+    forced = dispatch.ROUTING._replace(force_reference=True)
+    monkeypatch.setattr(dispatch, "ROUTING", forced)
     assert dispatch.implementation_kind("musa") == "reference"
     assert dispatch.implementation_kind("cuda") == "reference"
     assert DISPATCH.module(torch.device("cuda", 0)).__name__ == "flashinfer.gemm._reference"
-    monkeypatch.setenv(dispatch.FORCE_REFERENCE_ENV, "0")
-    dispatch.reload_environment()
+    monkeypatch.setattr(dispatch, "ROUTING", forced._replace(force_reference=False))
     assert dispatch.implementation_kind("musa") == "mate"
+    expected_cuda = "cuda" if dispatch.triton_available() else "reference"
+    assert DISPATCH.kind(torch.device("cuda", 0)) == expected_cuda  # the cache follows the routing
 
 
 def test_force_reference_env_is_read_at_import():
@@ -47,19 +47,15 @@ def test_force_reference_env_is_read_at_import():
 
 
 def test_check_messages_name_argument_expected_and_received():
-    x = torch.zeros(2, 3, dtype=torch.float16)
     with pytest.raises(ValueError, match=r"expected dtype torch.bfloat16 for `A`, got dtype torch.float16"):
-        checks.check_dtype(x, "A", torch.bfloat16)
-    with pytest.raises(
-        ValueError, match=r"expected a 3-D tensor for `B`, got a 2-D tensor of shape \(2, 3\)"
-    ):
-        checks.check_ndim(x, "B", 3)
-    with pytest.raises(ValueError, match=r"expected shape \(3, 2\) for `out`, got shape \(2, 3\)"):
-        checks.check_shape(x, "out", (3, 2))
-    with pytest.raises(TypeError, match="expected a torch.Tensor for `seq_lens`, got None"):
-        checks.check_tensor(None, "seq_lens")
-    with pytest.raises(ValueError, match="last dimension is contiguous"):
-        checks.check_last_dim_contiguous(x.t(), "q_rope")
+        checks.fail(ValueError, "A", "dtype torch.bfloat16", "dtype torch.float16")
+    with pytest.raises(TypeError, match="expected a torch.Tensor for `seq_lens`, got 'x' \\(a str\\)"):
+        checks.require_tensors(A=torch.zeros(1), out=None, seq_lens="x")
+    # a caller's string value is quoted, never mistaken for a description
+    assert checks.describe("bfloat16") == "'bfloat16' (a str)"
+    assert not checks.last_dim_contiguous(torch.zeros(2, 3).t()) and checks.last_dim_contiguous(
+        torch.zeros(3, 1)[:, ::2]
+    )
 
 
 def test_overlap_detection():
@@ -67,8 +63,9 @@ def test_overlap_detection():
     assert checks.overlaps(base[:5], base[4:])
     assert not checks.overlaps(base[:5], base[5:])
     assert not checks.overlaps(base, torch.zeros(10, 8))
+    assert not checks.overlaps(torch.zeros(4, device="meta"), torch.zeros(4, device="meta"))  # no memory
     with pytest.raises(ValueError, match="expected a buffer that does not overlap `A` for `out`"):
-        checks.check_no_overlap(base[2:4], "out", {"A": base[3:6]})
+        checks.check_no_overlap(base[2:4], "out", ("B", "A"), None, base[3:6])
 
 
 def test_gated_hooks_hide_skip_check():
@@ -84,7 +81,8 @@ def test_gated_hooks_hide_skip_check():
     assert not op.is_backend_supported("cudnn")
     assert op.is_compute_capability_supported(90) and op.has_backend_choices()
     with pytest.raises(
-        ValueError, match=r"expected one of \['cublas', 'auto', 'mudnn'\] for `backend` of op, got 'nope'"
+        ValueError,
+        match=r"expected one of \['cublas', 'auto', 'mudnn'\] \(op\) for `backend`, got 'nope' \(a str\)",
     ):
         table.check("nope")
 

@@ -365,9 +365,7 @@ def test_mate_without_any_gemm_function_says_what_to_install(mate_standin, monke
 def test_force_reference_bypasses_mate(mate_standin, monkeypatch, seed):
     from flashinfer._core import dispatch
 
-    monkeypatch.setattr(dispatch, "ROUTING", dispatch.ROUTING)  # restored after the test
-    monkeypatch.setenv(dispatch.FORCE_REFERENCE_ENV, "1")
-    dispatch.reload_environment()
+    monkeypatch.setattr(dispatch, "ROUTING", dispatch.ROUTING._replace(force_reference=True))
     A, B = fp8(1, 3, 32), fp8(1, 4, 32).transpose(-2, -1)
     s = pow2(1)
     out = G.bmm_fp8(A, B, s, s, BF16)

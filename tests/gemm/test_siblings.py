@@ -384,6 +384,7 @@ def test_fp8_blockscale_quantization_error_is_what_is_stated(seed):
 def test_fp8_blockscale_internal_quantization_matches_upstreams_formula(seed):
     """The reference quantizes each block exactly as upstream (every value and scale bit for bit)."""
     from flashinfer.gemm import _reference
+    from flashinfer.gemm._args import QuantizeBlocks
 
     x = (torch.randn(130, 256) * torch.logspace(-6, 4, 256)).to(BF16)
     x[3, :128] = 0  # an all-zero block: multiplier 1, scale 1
@@ -391,7 +392,7 @@ def test_fp8_blockscale_internal_quantization_matches_upstreams_formula(seed):
         values, scales, _ = quantize_oracle(x, block_rows)
         got = torch.empty(130, 256, dtype=E4M3)
         got_scales = torch.full(scales.shape, float("nan"))
-        _reference.quantize_fp8_blocks(x, block_rows, got, got_scales)
+        _reference.quantize_fp8_blocks(QuantizeBlocks(x, block_rows, got, got_scales))
         assert torch.equal(got.view(torch.uint8), values.view(torch.uint8))
         assert torch.equal(got_scales, scales)
 

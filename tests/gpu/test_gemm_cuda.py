@@ -12,6 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from flashinfer.gemm._args import Bmm, GroupedContiguous, GroupedMasked, Groupwise
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
@@ -101,7 +103,7 @@ def test_bmm_16bit(seed, in_dtype, out_dtype):
     A = torch.randn(batch, m, k, device="cuda").to(in_dtype)
     B = torch.randn(batch, n, k, device="cuda").to(in_dtype).transpose(1, 2)
     out = nan_like((batch, m, n), out_dtype)
-    cuda_module().bmm(A, B, out)
+    cuda_module().bmm(Bmm(A, B, out))
     # cuBLAS may reduce split-K partial sums in 16 bits (PyTorch's default): one ulp of the rms
     check(out, A.double() @ B.double(), out_dtype, norm_tol=4e-3)
 
@@ -111,7 +113,7 @@ def test_bmm_16bit_strided_out(seed):
     B = torch.randn(4, 256, 96, device="cuda", dtype=torch.bfloat16)
     buffer = nan_like((4, 96, 128), torch.float32)
     out = buffer[:, :, :64].transpose(1, 2)
-    cuda_module().bmm(A, B, out)
+    cuda_module().bmm(Bmm(A, B, out))
     check(out, A.double() @ B.double(), torch.float32)
     assert buffer[:, :, 64:].isnan().all()
 
@@ -132,7 +134,7 @@ def test_bmm_fp8_per_tensor(seed, a_dtype, b_dtype, batch, m, k, n, out_dtype):
     B = fp8((batch, n, k), b_dtype).transpose(1, 2)
     A_scale, B_scale = pow2(()), pow2(())
     out = nan_like((batch, m, n), out_dtype)
-    cuda_module().bmm(A, B, out, A_scale, B_scale)
+    cuda_module().bmm(Bmm(A, B, out, A_scale, B_scale))
     check(out, (A.double() @ B.double()) * A_scale.double() * B_scale.double(), out_dtype, FAST_ACCUM_TOL)
 
 
@@ -146,7 +148,7 @@ def test_bmm_fp8_mla_absorb(seed, tokens, path):
     B = fp8((128, n, k)).transpose(1, 2)
     A_scale, B_scale = pow2(()), pow2(())
     out = nan_like((128, tokens, n), torch.bfloat16)
-    cuda_module().bmm(A, B, out, A_scale, B_scale)
+    cuda_module().bmm(Bmm(A, B, out, A_scale, B_scale))
     check(
         out, (A.double() @ B.double()) * A_scale.double() * B_scale.double(), torch.bfloat16, FAST_ACCUM_TOL
     )
@@ -166,7 +168,7 @@ def test_bmm_fp8_repeat_calls_take_the_cached_tile(seed):
         A = fp8((128, tokens, 128))
         buf = nan_like((128 * tokens * 512 + 16,), torch.bfloat16)
         out = buf[offset : offset + 128 * tokens * 512].view(128, tokens, 512)
-        cuda_module().bmm(A, B, out, scale, scale)
+        cuda_module().bmm(Bmm(A, B, out, scale, scale))
         oracle = (A.double() @ B.double()) * scale.double() ** 2
         check(out, oracle, torch.bfloat16, FAST_ACCUM_TOL)
     if fp8_bmm._TUNED.fast.enabled:
@@ -191,7 +193,7 @@ def test_bmm_fp8_every_tile_kind(seed, k, n, tile):
     out = nan_like((128, 300, n), torch.bfloat16)
     config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "GROUP_M": 8, "PROGRAMS_PER_SM": per_sm,
               "num_warps": warps, "num_stages": stages}  # fmt: skip
-    fp8_bmm.fp8_bmm(A, B, A_scale, B_scale, out, config=config)
+    fp8_bmm.fp8_bmm(Bmm(A, B, out, A_scale, B_scale), config=config)
     check(
         out, (A.double() @ B.double()) * A_scale.double() * B_scale.double(), torch.bfloat16, FAST_ACCUM_TOL
     )
@@ -205,12 +207,12 @@ def test_bmm_fp8_channelwise_and_strided(seed, batch):
     B = fp8((batch, n, k)).transpose(1, 2)
     A_scale, B_scale = pow2((batch, m, 1)), pow2((batch, 1, n))
     out = nan_like((batch, m, n), torch.bfloat16)
-    cuda_module().bmm(A, B, out, A_scale, B_scale)
+    cuda_module().bmm(Bmm(A, B, out, A_scale, B_scale))
     oracle = (A.double() @ B.double()) * A_scale.double() * B_scale.double()
     check(out, oracle, torch.bfloat16, FAST_ACCUM_TOL)
     buffer = nan_like((batch, n, 2 * m), torch.float16)
     strided = buffer[:, :, ::2].transpose(1, 2)
-    cuda_module().bmm(A, B, strided, A_scale, B_scale)
+    cuda_module().bmm(Bmm(A, B, strided, A_scale, B_scale))
     check(strided, oracle, torch.float16, FAST_ACCUM_TOL)
     assert buffer[:, :, 1::2].isnan().all()
 
@@ -234,7 +236,7 @@ def test_gemm_groupwise(seed, m, n, k, granularity, mn_major):
     if mn_major:
         a_scale, b_scale = a_scale.t().contiguous().t(), b_scale.t().contiguous().t()
     out = nan_like((m, n), torch.bfloat16)
-    cuda_module().gemm_groupwise(a, b, a_scale, b_scale, gm, gn, gk, out)
+    cuda_module().gemm_groupwise(Groupwise(a, b, a_scale, b_scale, False, False, gm, gn, gk, out))
     check(out, groupwise_oracle(a, b, a_scale, b_scale, granularity), torch.bfloat16, BLOCK_ACCUM_TOL)
 
 
@@ -246,7 +248,7 @@ def test_gemm_groupwise_triton_shapes(seed, m, n, k, out_dtype):
     a, b = fp8((m, k)), fp8((n, k))
     a_scale, b_scale = pow2((m, -(-k // 128))), pow2((-(-n // 128), -(-k // 128)))
     out = nan_like((m, n), out_dtype)
-    cuda_module().gemm_groupwise(a, b, a_scale, b_scale, 1, 128, 128, out)
+    cuda_module().gemm_groupwise(Groupwise(a, b, a_scale, b_scale, False, False, 1, 128, 128, out))
     check(out, groupwise_oracle(a, b, a_scale, b_scale, (1, 128, 128)), out_dtype, BLOCK_ACCUM_TOL)
 
 
@@ -257,7 +259,9 @@ def test_gemm_groupwise_fp8_output(seed):
     a_scale, b_scale = pow2((m, 56)), pow2((17, 56))
     out = nan_like((m, n), torch.float32).to(E4M3)
     output_scale = nan_like((m, 17), torch.float32)
-    cuda_module().gemm_groupwise(a, b, a_scale, b_scale, 1, 128, 128, out, output_scale)
+    cuda_module().gemm_groupwise(
+        Groupwise(a, b, a_scale, b_scale, False, False, 1, 128, 128, out, output_scale)
+    )
     acc = groupwise_oracle(a, b, a_scale, b_scale, (1, 128, 128))
     padded = torch.nn.functional.pad(acc, (0, 17 * 128 - n))
     expected_scale = padded.abs().view(m, 17, 128).amax(-1).clamp_min(1e-12) / 448
@@ -304,7 +308,7 @@ def test_group_gemm_contiguous(seed, n, k):
     rows = m_indices.numel()
     a, b, a_scale, b_scale = grouped_operands(5, rows, n, k)
     out = nan_like((rows, n), torch.bfloat16)
-    cuda_module().group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
+    cuda_module().group_gemm_contiguous(GroupedContiguous(a, b, a_scale, b_scale, m_indices, out))
     valid = m_indices >= 0
     assert out[~valid].isnan().all()
     check(
@@ -321,7 +325,7 @@ def test_group_gemm_contiguous_ragged(seed):
     m_indices = torch.randint(-1, 6, (1000,), device="cuda").int()
     a, b, a_scale, b_scale = grouped_operands(4, 1000, 256, 512)
     out = nan_like((1000, 256), torch.bfloat16)
-    cuda_module().group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
+    cuda_module().group_gemm_contiguous(GroupedContiguous(a, b, a_scale, b_scale, m_indices, out))
     valid = (m_indices >= 0) & (m_indices < 4)
     assert out[~valid].isnan().all()
     check(
@@ -342,7 +346,7 @@ def test_group_gemm_masked(seed, groups, m, n, k):
     a_scale, b_scale = pow2((groups, m, k // 128)), pow2((groups, n // 128, k // 128))
     out = nan_like((groups, m, n), torch.bfloat16)
     expected_m = min(int(masked_m.float().mean()) + 1, m)
-    cuda_module().group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out)
+    cuda_module().group_gemm_masked(GroupedMasked(a, b, a_scale, b_scale, masked_m, expected_m, out))
     for g in range(groups):
         valid = int(masked_m[g])
         a_deq = a[g, :valid].double() * expand_blocks(a_scale[g, :valid], valid, k, 1, 128)
@@ -362,7 +366,7 @@ def test_graph_bmm(seed):
     out = nan_like((128, 64, 512), torch.bfloat16)
     A2, B2, sa2, sb2 = fp8(A.shape), fp8((128, 512, 128)).transpose(1, 2), pow2(()), pow2(())
     replay_with_new_inputs(
-        lambda: cuda_module().bmm(A, B, out, sa, sb), (A, B, sa, sb), (A2, B2, sa2, sb2), out
+        lambda: cuda_module().bmm(Bmm(A, B, out, sa, sb)), (A, B, sa, sb), (A2, B2, sa2, sb2), out
     )
     check(out, (A2.double() @ B2.double()) * sa2.double() * sb2.double(), torch.bfloat16, FAST_ACCUM_TOL)
 
@@ -372,7 +376,7 @@ def test_graph_bmm(seed):
     )
     out16 = nan_like((8, 256, 256), torch.float32)
     X2, W2 = torch.randn_like(X), torch.randn_like(W)
-    replay_with_new_inputs(lambda: cuda_module().bmm(X, W, out16), (X, W), (X2, W2), out16)
+    replay_with_new_inputs(lambda: cuda_module().bmm(Bmm(X, W, out16)), (X, W), (X2, W2), out16)
     check(out16, X2.double() @ W2.double(), torch.float32)
 
 
@@ -384,7 +388,10 @@ def test_graph_gemm_groupwise(seed, out_dtype):
     out = nan_like((m, n), out_dtype)
     fresh = (fp8((m, k)), fp8((n, k)), pow2((m, 56)), pow2((17, 56)))
     replay_with_new_inputs(
-        lambda: cuda_module().gemm_groupwise(a, b, sa, sb, 1, 128, 128, out), (a, b, sa, sb), fresh, out
+        lambda: cuda_module().gemm_groupwise(Groupwise(a, b, sa, sb, False, False, 1, 128, 128, out)),
+        (a, b, sa, sb),
+        fresh,
+        out,
     )
     check(out, groupwise_oracle(*fresh, (1, 128, 128)), out_dtype, BLOCK_ACCUM_TOL)
 
@@ -398,7 +405,7 @@ def test_graph_grouped(seed):
     fresh_ids = deepgemm_m_indices([128, 300, 200])[:rows]
     fresh = (*grouped_operands(3, rows, 1024, 512), fresh_ids)
     replay_with_new_inputs(
-        lambda: cuda_module().group_gemm_contiguous(a, b, sa, sb, m_indices, out),
+        lambda: cuda_module().group_gemm_contiguous(GroupedContiguous(a, b, sa, sb, m_indices, out)),
         (a, b, sa, sb, m_indices),
         fresh,
         out,
@@ -414,7 +421,7 @@ def test_graph_grouped(seed):
     out3 = nan_like((groups, m, 1024), torch.bfloat16)
     fresh_masked = torch.tensor([256, 3, 0, 129], dtype=torch.int32, device="cuda")
     replay_with_new_inputs(
-        lambda: cuda_module().group_gemm_masked(a3, b3, sa3, sb3, masked_m, 128, out3),
+        lambda: cuda_module().group_gemm_masked(GroupedMasked(a3, b3, sa3, sb3, masked_m, 128, out3)),
         (masked_m,),
         (fresh_masked,),
         out3,

@@ -18,6 +18,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from flashinfer.gemm._args import Bmm, GroupedContiguous, GroupedMasked, Groupwise
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
@@ -47,6 +49,11 @@ def batched():
     from flashinfer.gemm.kernels import gluon_fp8_bmm
 
     return gluon_fp8_bmm
+
+
+def groupwise(a, b, a_scale, b_scale, block_m, out, output_scale=None):
+    """The record of a dense call with logical (K-major) scale views, 128 x 128 B blocks."""
+    return Groupwise(a, b, a_scale, b_scale, False, False, block_m, 128, 128, out, output_scale)
 
 
 def fp8(shape):
@@ -117,7 +124,7 @@ def test_dense_every_config(seed, name, m, n, k, major):
     if major == "MN":
         a_scale, b_scale = mn_major(a_scale), mn_major(b_scale)
     out = nan_like((m, n), torch.bfloat16)
-    blockwise().gemm_groupwise(a, b, a_scale, b_scale, 1, out, config=config_named(name))
+    blockwise().gemm_groupwise(groupwise(a, b, a_scale, b_scale, 1, out), config=config_named(name))
     check(out, dequant(a, a_scale, 1) @ dequant(b, b_scale, 128).t(), torch.bfloat16, BLOCK_ACCUM_TOL)
 
 
@@ -130,7 +137,7 @@ def test_dense_128_row_a_blocks_and_fp16(seed, name, out_dtype):
     a_scale, b_scale = pow2((cdiv(m, 128), k // 128)), pow2((cdiv(n, 128), k // 128))
     buffer = nan_like((n, 2 * m), out_dtype)
     out = buffer[:, ::2].t()  # column-major, every other column of the buffer
-    blockwise().gemm_groupwise(a, b, a_scale, b_scale, 128, out, config=config_named(name))
+    blockwise().gemm_groupwise(groupwise(a, b, a_scale, b_scale, 128, out), config=config_named(name))
     check(out, dequant(a, a_scale, 128) @ dequant(b, b_scale, 128).t(), out_dtype, BLOCK_ACCUM_TOL)
     assert buffer[:, 1::2].isnan().all()
 
@@ -142,7 +149,7 @@ def test_fp8_output(seed, m, n, k):
     a_scale, b_scale = pow2((m, cdiv(k, 128))), pow2((blocks, cdiv(k, 128)))
     out = nan_like((m, n), torch.float32).to(E4M3)
     output_scale = nan_like((m, blocks), torch.float32)
-    blockwise().gemm_groupwise(a, b, a_scale, b_scale, 1, out, output_scale)
+    blockwise().gemm_groupwise(groupwise(a, b, a_scale, b_scale, 1, out, output_scale))
     check_fp8_output(out, output_scale, dequant(a, a_scale, 1) @ dequant(b, b_scale, 128).t())
 
 
@@ -198,7 +205,9 @@ def test_contiguous_every_config(seed, name, n, k, major):
     if major == "MN":
         a_scale, b_scale = mn_major(a_scale), mn_major(b_scale)
     out = nan_like((rows, n), torch.bfloat16)
-    blockwise().group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out, config=config_named(name))
+    blockwise().group_gemm_contiguous(
+        GroupedContiguous(a, b, a_scale, b_scale, m_indices, out), config=config_named(name)
+    )
     check_contiguous(out, a, b, a_scale, b_scale, m_indices)
 
 
@@ -210,7 +219,9 @@ def test_contiguous_ragged_ids(seed, name):
     a, b = fp8((1000, 512)), fp8((4, 256, 512))
     a_scale, b_scale = pow2((1000, 4)), pow2((4, 2, 4))
     out = nan_like((1000, 256), torch.bfloat16)
-    blockwise().group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out, config=config_named(name))
+    blockwise().group_gemm_contiguous(
+        GroupedContiguous(a, b, a_scale, b_scale, m_indices, out), config=config_named(name)
+    )
     check_contiguous(out, a, b, a_scale, b_scale, m_indices)
 
 
@@ -239,7 +250,7 @@ def test_masked_every_config(seed, name, groups, m, n, k):
     out = nan_like((groups, m, n), torch.bfloat16)
     expected_m = int(masked_m.float().mean()) + 1
     blockwise().group_gemm_masked(
-        a, b, a_scale, b_scale, masked_m, expected_m, out, config=config_named(name)
+        GroupedMasked(a, b, a_scale, b_scale, masked_m, expected_m, out), config=config_named(name)
     )
     check_masked(out, a, b, a_scale, b_scale, masked_m)
 
@@ -249,7 +260,7 @@ def test_masked_counts_out_of_range_are_clamped(seed):
     masked_m = torch.tensor([-5, 10**6, 150], dtype=torch.int32, device="cuda")
     a, b, a_scale, b_scale = masked_operands(groups, m, n, k, masked_m.clamp(0, m))
     out = nan_like((groups, m, n), torch.bfloat16)
-    blockwise().group_gemm_masked(a, b, a_scale, b_scale, masked_m, 100, out)
+    blockwise().group_gemm_masked(GroupedMasked(a, b, a_scale, b_scale, masked_m, 100, out))
     check_masked(out, a, b, a_scale, b_scale, masked_m)
 
 
@@ -270,7 +281,7 @@ def test_bmm_every_config(seed, name, tokens, k, n, scales):
     else:
         A_scale, B_scale = pow2((heads, tokens, 1)), pow2((heads, 1, n))
     out = nan_like((heads, tokens, n), torch.bfloat16)
-    batched().fp8_bmm(A, B, A_scale, B_scale, out, config=getattr(batched(), name))
+    batched().fp8_bmm(Bmm(A, B, out, A_scale, B_scale), config=getattr(batched(), name))
     oracle = (A.double() @ B.double()) * A_scale.double() * B_scale.double()
     check(out, oracle, torch.bfloat16, FAST_ACCUM_TOL)
 
@@ -283,7 +294,7 @@ def test_bmm_fp16_output_into_a_strided_buffer(seed):
     A_scale, B_scale = pow2(()), pow2(())
     buffer = nan_like((16, 2, 96, 384), torch.float16)
     out = buffer[:, 0]
-    batched().fp8_bmm(A, B, A_scale, B_scale, out)
+    batched().fp8_bmm(Bmm(A, B, out, A_scale, B_scale))
     check(out, A.double() @ B.double() * A_scale.double() * B_scale.double(), torch.float16, FAST_ACCUM_TOL)
     assert buffer[:, 1].isnan().all()
 
@@ -316,7 +327,7 @@ def routed_calls(monkeypatch, tier):
     a, b = fp8((m, k)), fp8((n, k))
     a_scale, b_scale = mn_major(pow2((m, k // 128))), pow2((cdiv(n, 128), k // 128))
     out = nan_like((m, n), torch.bfloat16)
-    _cuda.gemm_groupwise(a, b, a_scale, b_scale, 1, 128, 128, out)
+    _cuda.gemm_groupwise(groupwise(a, b, a_scale, b_scale, 1, out))
     check(out, dequant(a, a_scale, 1) @ dequant(b, b_scale, 128).t(), torch.bfloat16, BLOCK_ACCUM_TOL)
     m_indices = deepgemm_m_indices([100, 300])
     rows = m_indices.numel()
@@ -327,17 +338,17 @@ def routed_calls(monkeypatch, tier):
         pow2((2, cdiv(n, 128), k // 128)),
     )
     gout = nan_like((rows, n), torch.bfloat16)
-    _cuda.group_gemm_contiguous(ga, gb, gsa, gsb, m_indices, gout)
+    _cuda.group_gemm_contiguous(GroupedContiguous(ga, gb, gsa, gsb, m_indices, gout))
     check_contiguous(gout, ga, gb, gsa, gsb, m_indices)
     masked_m = torch.tensor([5, 128], dtype=torch.int32, device="cuda")
     ma, mb, msa, msb = masked_operands(2, 128, n, k, masked_m)
     mout = nan_like((2, 128, n), torch.bfloat16)
-    _cuda.group_gemm_masked(ma, mb, msa, msb, masked_m, 64, mout)
+    _cuda.group_gemm_masked(GroupedMasked(ma, mb, msa, msb, masked_m, 64, mout))
     check_masked(mout, ma, mb, msa, msb, masked_m)
     A, B = fp8((128, 64, 512)), fp8((128, 128, 512)).transpose(1, 2)
     A_scale, B_scale = pow2(()), pow2(())
     bout = nan_like((128, 64, 128), torch.bfloat16)
-    _cuda.bmm(A, B, bout, A_scale, B_scale)
+    _cuda.bmm(Bmm(A, B, bout, A_scale, B_scale))
     check(bout, A.double() @ B.double() * A_scale.double() * B_scale.double(), torch.bfloat16, FAST_ACCUM_TOL)
     return spies
 
@@ -363,12 +374,12 @@ def test_layouts_tma_cannot_read_take_the_portable_kernels(seed, monkeypatch):
     a, b = fp8((m, k)), fp8((n, k))
     a_scale, b_scale = pow2((m, 2)), pow2((2, 2))
     out = nan_like((m, n), torch.bfloat16)
-    _cuda.gemm_groupwise(a, b, a_scale, b_scale, 1, 128, 128, out)
+    _cuda.gemm_groupwise(groupwise(a, b, a_scale, b_scale, 1, out))
     check(out, dequant(a, a_scale, 1) @ dequant(b, b_scale, 128).t(), torch.bfloat16, BLOCK_ACCUM_TOL)
     A, B = fp8((8, 64, 256)), fp8((8, 256, 128))  # row-major B
     scale = pow2(())
     bout = nan_like((8, 64, 128), torch.bfloat16)
-    _cuda.bmm(A, B, bout, scale, scale)
+    _cuda.bmm(Bmm(A, B, bout, scale, scale))
     check(bout, A.double() @ B.double() * scale.double() ** 2, torch.bfloat16, FAST_ACCUM_TOL)
     assert spy_blockwise.calls == spy_bmm.calls == 0
 
@@ -396,7 +407,7 @@ def test_graph_dense_and_fp8_output(seed):
     fresh = (fp8((m, k)), fp8((n, k)), pow2((m, 56)), pow2((17, 56)))
     out = nan_like((m, n), torch.bfloat16)
     replay_with_new_inputs(
-        lambda: blockwise().gemm_groupwise(a, b, sa, sb, 1, out), (a, b, sa, sb), fresh, out
+        lambda: blockwise().gemm_groupwise(groupwise(a, b, sa, sb, 1, out)), (a, b, sa, sb), fresh, out
     )
     check(out, dequant(fresh[0], fresh[2], 1) @ dequant(fresh[1], fresh[3], 128).t(), torch.bfloat16,
           BLOCK_ACCUM_TOL)  # fmt: skip
@@ -404,7 +415,10 @@ def test_graph_dense_and_fp8_output(seed):
     out8 = nan_like((m, n), torch.float32).to(E4M3)
     scales = nan_like((m, 17), torch.float32)
     replay_with_new_inputs(
-        lambda: blockwise().gemm_groupwise(a, b, sa, sb, 1, out8, scales), (a, b, sa, sb), fresh, out8
+        lambda: blockwise().gemm_groupwise(groupwise(a, b, sa, sb, 1, out8, scales)),
+        (a, b, sa, sb),
+        fresh,
+        out8,
     )
     check_fp8_output(out8, scales, dequant(fresh[0], fresh[2], 1) @ dequant(fresh[1], fresh[3], 128).t())
 
@@ -418,7 +432,7 @@ def test_graph_grouped(seed):
     fresh_ids = deepgemm_m_indices([128, 300, 200])[:rows]
     fresh = (fp8((rows, k)), fp8((3, n, k)), pow2((rows, 4)), pow2((3, 8, 4)), fresh_ids)
     replay_with_new_inputs(
-        lambda: blockwise().group_gemm_contiguous(a, b, sa, sb, m_indices, out),
+        lambda: blockwise().group_gemm_contiguous(GroupedContiguous(a, b, sa, sb, m_indices, out)),
         (a, b, sa, sb, m_indices),
         fresh,
         out,
@@ -431,7 +445,7 @@ def test_graph_grouped(seed):
     a3, b3, sa3, sb3 = masked_operands(groups, m, n, k, torch.full_like(masked_m, m))
     out3 = nan_like((groups, m, n), torch.bfloat16)
     replay_with_new_inputs(
-        lambda: blockwise().group_gemm_masked(a3, b3, sa3, sb3, masked_m, 128, out3),
+        lambda: blockwise().group_gemm_masked(GroupedMasked(a3, b3, sa3, sb3, masked_m, 128, out3)),
         (masked_m,),
         (fresh_masked,),
         out3,
@@ -444,6 +458,6 @@ def test_graph_bmm(seed):
     sa, sb = pow2(()), pow2(())
     out = nan_like((128, 64, 512), torch.bfloat16)
     fresh = (fp8(A.shape), fp8((128, 512, 128)).transpose(1, 2), pow2(()), pow2(()))
-    replay_with_new_inputs(lambda: batched().fp8_bmm(A, B, sa, sb, out), (A, B, sa, sb), fresh, out)
+    replay_with_new_inputs(lambda: batched().fp8_bmm(Bmm(A, B, out, sa, sb)), (A, B, sa, sb), fresh, out)
     A2, B2, sa2, sb2 = fresh
     check(out, (A2.double() @ B2.double()) * sa2.double() * sb2.double(), torch.bfloat16, FAST_ACCUM_TOL)

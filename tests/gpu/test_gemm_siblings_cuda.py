@@ -80,13 +80,14 @@ def blockscale_oracle(x, w, x_scale, w_scale):
 def test_quantization_is_upstreams_bit_for_bit(seed, rows, cols, block_rows):
     needs_fp8()
     from flashinfer.gemm import _cuda
+    from flashinfer.gemm._args import QuantizeBlocks
 
     x = (torch.randn(rows, cols, device="cuda") * torch.logspace(-4, 4, cols, device="cuda")).to(BF16)
     x[0, :128] = 0  # an all-zero block
     values, scales = quantize_oracle(x, block_rows)
     out = nan_like((rows, cols), torch.float32).to(E4M3)
     got = nan_like((scales.shape[1], scales.shape[0]), torch.float32).t()  # column-major, as the API
-    _cuda.quantize_fp8_blocks(x, block_rows, out, got)
+    _cuda.quantize_fp8_blocks(QuantizeBlocks(x, block_rows, out, got))
     assert torch.equal(got, scales)
     assert torch.equal(out.view(torch.uint8), values.view(torch.uint8))
 

@@ -18,6 +18,8 @@ import warnings
 import pytest
 import torch
 
+from flashinfer.mla._args import Decode, Rope
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
@@ -30,6 +32,15 @@ WORKSPACE_BYTES = 128 << 20
 
 def fp8_supported() -> bool:
     return torch.cuda.get_device_capability() >= (8, 9)
+
+
+def sparse_call(query, kv, indices, seq_lens, bmm1, bmm2, sinks, out, lse, plan, workspace):
+    """The implementation's record for a flat ``(S, D)`` pool (one-token pages)."""
+    return Decode(query, kv.unsqueeze(1), indices, seq_lens, bmm1, bmm2, sinks, out, lse, plan, workspace)
+
+
+def dense_call(query, kv_pages, tables, seq_lens, bmm1, bmm2, sinks, out, lse, workspace):
+    return Decode(query, kv_pages, tables, seq_lens, bmm1, bmm2, sinks, out, lse, None, workspace)
 
 
 def cuda_module():
@@ -131,7 +142,9 @@ def test_sparse_decode(seed, dtype, batch, q_len, heads):
     bmm1 = torch.tensor(0.07, device="cuda")
     plan = cuda.decode_plan(batch, q_len, heads, 2048, query.device)
     workspace = torch.full((WORKSPACE_BYTES,), 0xFF, dtype=torch.uint8, device="cuda")
-    cuda.sparse_decode(query, kv, indices, seq_lens, bmm1, 1.25, sinks, out, lse, plan, workspace)
+    cuda.sparse_decode(
+        sparse_call(query, kv, indices, seq_lens, bmm1, 1.25, sinks, out, lse, plan, workspace)
+    )
     ref_out, ref_lse = decode_oracle(query, sparse_rows(kv, indices), seq_lens, 2048, 512, 0.07, 1.25, sinks)
     assert_decode_close(out, lse, ref_out, ref_lse, lse_rtol(dtype))
 
@@ -146,7 +159,7 @@ def test_sparse_decode_dim_320_strided_out(seed):
     out = big[..., 128:384]
     plan = cuda.decode_plan(batch, q_len, heads, 512, query.device)
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.int8, device="cuda")
-    cuda.sparse_decode(query, kv, indices, seq_lens, 0.05, 1.0, None, out, None, plan, workspace)
+    cuda.sparse_decode(sparse_call(query, kv, indices, seq_lens, 0.05, 1.0, None, out, None, plan, workspace))
     ref_out, _ = decode_oracle(query, sparse_rows(kv, indices), seq_lens, 512, 256, 0.05, 1.0, None)
     assert_decode_close(out, None, ref_out, None)
     assert big[..., :128].isnan().all() and big[..., 384:].isnan().all(), "wrote outside the view"
@@ -168,7 +181,7 @@ def test_dense_decode(seed, dtype, page_size):
     tables[2, 20:] = INT32_MAX  # past ceil(L / page_size): never read
     out, lse = poisoned_out(batch, q_len, heads)
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
-    cuda.dense_decode(query, kv_pages, tables, seq_lens, 0.06, 1.0, None, out, lse, workspace)
+    cuda.dense_decode(dense_call(query, kv_pages, tables, seq_lens, 0.06, 1.0, None, out, lse, workspace))
     rows_of = paged_rows(kv_pages, tables)
     ref_out, ref_lse = decode_oracle(query, rows_of, seq_lens, width * page_size, 512, 0.06, 1.0, None)
     assert_decode_close(out, lse, ref_out, ref_lse, lse_rtol(dtype))
@@ -185,7 +198,7 @@ def test_bounds(seed):
     out, lse = poisoned_out(4, 2, 16)
     workspace = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
     plan = cuda.decode_plan(4, 2, 16, 256, query.device)
-    cuda.sparse_decode(query, kv, indices, seq_lens, 0.1, 1.0, None, out, lse, plan, workspace)
+    cuda.sparse_decode(sparse_call(query, kv, indices, seq_lens, 0.1, 1.0, None, out, lse, plan, workspace))
     ref_out, ref_lse = decode_oracle(query, sparse_rows(kv, indices), seq_lens, 256, 512, 0.1, 1.0, None)
     assert_decode_close(out, lse, ref_out, ref_lse, lse_rtol(dtype))
 
@@ -195,7 +208,7 @@ def test_bounds(seed):
     )
     seq_lens = torch.tensor([4 * 32 - 5, 5 * 32], dtype=torch.int32, device="cuda")
     out, lse = poisoned_out(2, 2, 16)
-    cuda.dense_decode(query[:2], kv_pages, tables, seq_lens, 0.1, 1.0, None, out, lse, workspace)
+    cuda.dense_decode(dense_call(query[:2], kv_pages, tables, seq_lens, 0.1, 1.0, None, out, lse, workspace))
     ref_out, ref_lse = decode_oracle(
         query[:2], paged_rows(kv_pages, tables), seq_lens, 160, 512, 0.1, 1.0, None
     )
@@ -235,10 +248,10 @@ def assert_e4m3_close(out, ref):
 
 
 def call_rope(q_nope, q_rope, latent, cache, pos, q_out, k_out):
-    cuda_module().rope_quantize(
+    cuda_module().rope_quantize(Rope(
         q_rope, latent[:, None, 512:], q_nope, latent[:, None, :512], cache, pos, False, 1.0, 0.5,
         q_out[..., 512:], k_out[:, None, 512:], q_out[..., :512], k_out[:, None, :512],
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def test_rope_real_size(seed):
@@ -279,13 +292,16 @@ def test_repeat_launches_take_the_cached_kernel(seed):
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
     for bmm1, bmm2 in ((0.05, 1.0), (0.08, 0.5), (0.02, 2.0)):  # floats are not part of the key
         out, lse = poisoned_out(2, 1, 128)
-        cuda.sparse_decode(query, kv, indices, seq_lens, bmm1, bmm2, None, out, lse, None, workspace)
+        cuda.sparse_decode(
+            sparse_call(query, kv, indices, seq_lens, bmm1, bmm2, None, out, lse, None, workspace)
+        )
         ref_out, ref_lse = decode_oracle(
             query, sparse_rows(kv, indices), seq_lens, 2048, 512, bmm1, bmm2, None
         )
         assert_decode_close(out, lse, ref_out, ref_lse, lse_rtol(dtype))
     plan = cuda.decode_plan(2, 1, 128, 2048, query.device)
-    decode_kernels, _ = cuda._decode_kernel(query, kv, 512, plan, kv.stride(0))
+    call = sparse_call(query, kv, indices, seq_lens, 0.05, 1.0, None, out, lse, plan, workspace)
+    decode_kernels, _, _ = cuda._decode_kernel(call, paged=False)
     if decode_kernels._DECODE.enabled:
         assert len(decode_kernels._DECODE._compiled) >= 1
 
@@ -339,7 +355,9 @@ def test_graph_capture_rope_and_decode(seed):
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
     bmm1 = torch.tensor(0.05, device="cuda")
     decode_graph, decode_bytes = capture(
-        lambda: cuda.sparse_decode(query, kv, indices, seq_lens, bmm1, 1.0, None, out, lse, plan, workspace)
+        lambda: cuda.sparse_decode(
+            sparse_call(query, kv, indices, seq_lens, bmm1, 1.0, None, out, lse, plan, workspace)
+        )
     )
     assert decode_bytes == 0
 

@@ -17,7 +17,7 @@ import math
 
 import pytest
 import torch
-from test_mla_cuda import WORKSPACE_BYTES, capture
+from test_mla_cuda import WORKSPACE_BYTES, capture, sparse_call
 
 pytestmark = [
     pytest.mark.gpu,
@@ -126,7 +126,7 @@ def test_packed_decode(seed, batch, q_len, heads, lengths, sinks, pow2):
     workspace = torch.full((WORKSPACE_BYTES,), 0xFF, dtype=torch.uint8, device="cuda")
     plan = cuda.decode_plan(batch, q_len, heads, TOPK, query.device)
     cuda.packed_sparse_decode(
-        query, rows, indices, token_lengths, 0.07, sink_values, out, lse, plan, workspace
+        sparse_call(query, rows, indices, token_lengths, 0.07, 1.0, sink_values, out, lse, plan, workspace)
     )
     assert_close(out, lse, *oracle(query, keys, indices, token_lengths, 0.07, sink_values))
 
@@ -158,7 +158,9 @@ def test_packed_bounds(seed):
     indices[3, :, 1::2] = 300
     out, lse = poisoned(4, 2, 16)
     workspace = torch.empty(1 << 22, dtype=torch.uint8, device="cuda")
-    cuda.packed_sparse_decode(query, rows, indices, lengths, 0.1, None, out, lse, None, workspace)
+    cuda.packed_sparse_decode(
+        sparse_call(query, rows, indices, lengths, 0.1, 1.0, None, out, lse, None, workspace)
+    )
     assert_close(out, lse, *oracle(query, keys, indices, lengths, 0.1, None))
     torch.cuda.synchronize()
 
@@ -174,7 +176,7 @@ def test_packed_graph_capture(seed):
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
     graph, allocated = capture(
         lambda: cuda.packed_sparse_decode(
-            query, rows, indices, lengths, 0.05, sinks, out, lse, plan, workspace
+            sparse_call(query, rows, indices, lengths, 0.05, 1.0, sinks, out, lse, plan, workspace)
         )
     )
     assert allocated == 0

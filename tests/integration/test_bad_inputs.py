@@ -198,6 +198,7 @@ CASES = [
     Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "bmm2_scale", 0.5, ValueError, "bmm2_scale"),
     Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "bmm2_scale", torch.ones(()), ValueError, "bmm2_scale to be a float"),
     Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "bmm1_scale", torch.full((), 0.1), ValueError, "bmm1_scale to be a float"),
+    Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "bmm1_scale", float("nan"), ValueError, "finite"),
     Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "query", torch.randn(2, 1, 4, 576).to(E4M3), ValueError, "BF16 query"),
     Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "query", torch.randn(2, 4, 576).to(BF16), ValueError, "query.ndim == 4"),
     Case(trtllm_batch_decode_with_kv_cache_mla, packed_decode_args, "query", torch.empty(2, 1, 4, 576, dtype=BF16, device=META), ValueError, "device|query|kv_cache"),

@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from flashinfer.gemm._args import GroupedContiguous, Groupwise, QuantizeBlocks
+
 pytestmark = pytest.mark.triton
 
 E4M3 = torch.float8_e4m3fn
@@ -64,7 +66,7 @@ def test_quantize_blocks(seed, rows, cols, block_rows):
         scale = torch.full((cols // 128, row_blocks), float("nan")).t()
     else:
         scale = torch.full((row_blocks, cols // 128), float("nan"))
-    fp8_quantize.quantize_blocks(x, block_rows, out, scale)
+    fp8_quantize.quantize_blocks(QuantizeBlocks(x, block_rows, out, scale))
     values, expected_scale = quantize_oracle(x, block_rows)
     assert torch.equal(scale, expected_scale)
     assert e4m3_step_apart(out, values)
@@ -76,7 +78,7 @@ def test_quantize_blocks_strided_rows(seed):
     x = torch.randn(6, 512).to(torch.bfloat16)[:, :256]  # row stride 512
     out = torch.full((6, 384), float("nan")).to(E4M3)[:, :256]
     scale = torch.full((6, 4), float("nan"))[:, 1:3]
-    fp8_quantize.quantize_blocks(x, 1, out, scale)
+    fp8_quantize.quantize_blocks(QuantizeBlocks(x, 1, out, scale))
     values, expected_scale = quantize_oracle(x, 1)
     assert torch.equal(scale, expected_scale) and e4m3_step_apart(out, values)
 
@@ -90,7 +92,9 @@ def test_gemm_groupwise_with_per_row_weight_scales(seed):
     a_scale = pow2((3, m)).t()  # column-major, as the internal activation quantization writes
     b_scale = pow2((n, 3))
     out = torch.full((m, n), float("nan")).to(torch.bfloat16)
-    fp8_blockwise.gemm_groupwise(a, b, a_scale, b_scale, 1, 1, 128, out, config=SMALL_TILES)
+    fp8_blockwise.gemm_groupwise(
+        Groupwise(a, b, a_scale, b_scale, False, False, 1, 1, 128, out), config=SMALL_TILES
+    )
     a_deq = a.double() * a_scale.double().repeat_interleave(128, 1)
     b_deq = b.double() * b_scale.double().repeat_interleave(128, 1)
     torch.testing.assert_close(
@@ -109,7 +113,9 @@ def test_segments_through_the_contiguous_kernel(seed):
     a_scale, b_scale = pow2((2, m)).t(), pow2((groups, 1, 2))
     out = torch.full((m, n), float("nan")).to(torch.bfloat16)
     m_indices = row_groups(torch.tensor(bounds, dtype=torch.int32), m)
-    fp8_blockwise.group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out, config=SMALL_TILES)
+    fp8_blockwise.group_gemm_contiguous(
+        GroupedContiguous(a, b, a_scale, b_scale, m_indices, out), config=SMALL_TILES
+    )
     for g in range(groups):
         rows = slice(bounds[g], bounds[g + 1])
         a_deq = a[rows].double() * a_scale[rows].double().repeat_interleave(128, 1)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from flashinfer.gemm._args import Bmm, GroupedContiguous, GroupedMasked, Groupwise
+
 pytestmark = pytest.mark.triton
 
 E4M3 = torch.float8_e4m3fn
@@ -35,6 +37,11 @@ def assert_close_to(out, oracle, dtype):
     expected = oracle.to(dtype).double()
     atol = RTOL[dtype] * oracle.abs().mean().item() if oracle.numel() else 0.0
     torch.testing.assert_close(out.double(), expected, rtol=RTOL[dtype], atol=atol)
+
+
+def groupwise(a, b, a_scale, b_scale, granularity, out, output_scale=None):
+    """The launcher's record for logical (K-major view) scales."""
+    return Groupwise(a, b, a_scale, b_scale, False, False, *granularity, out, output_scale)
 
 
 def nan_like(shape, dtype):
@@ -69,7 +76,7 @@ def test_fp8_bmm(seed, a_dtype, b_dtype, out_dtype, channelwise, per_sm):
 
     # persistent: 4 programs (the interpreter's "multiprocessors") walk the 12 tiles
     config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "GROUP_M": 2, "PROGRAMS_PER_SM": per_sm}
-    fp8_bmm.fp8_bmm(A, B, A_scale, B_scale, out, config=config)
+    fp8_bmm.fp8_bmm(Bmm(A, B, out, A_scale, B_scale), config=config)
 
     oracle = (A.double() @ B.double()) * A_scale.double() * B_scale.double()
     assert_close_to(out, oracle, out_dtype)
@@ -87,7 +94,7 @@ def test_fp8_bmm_one_k_step(seed, per_sm):
     out = nan_like((batch, m, n), torch.bfloat16)
 
     config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "GROUP_M": 2, "PROGRAMS_PER_SM": per_sm}
-    fp8_bmm.fp8_bmm(A, B, A_scale, B_scale, out, config=config)
+    fp8_bmm.fp8_bmm(Bmm(A, B, out, A_scale, B_scale), config=config)
 
     oracle = (A.double() @ B.double()) * A_scale.double() * B_scale.double()
     assert_close_to(out, oracle, torch.bfloat16)
@@ -107,7 +114,7 @@ def test_fp8_bmm_strided_everything(seed, per_sm):
     out = buffer[:, :, ::2].transpose(1, 2)  # (batch, m, n) with strides (2mn, 2, 2m)
 
     config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "PROGRAMS_PER_SM": per_sm}
-    fp8_bmm.fp8_bmm(A, B, A_scale, B_scale, out, config=config)
+    fp8_bmm.fp8_bmm(Bmm(A, B, out, A_scale, B_scale), config=config)
 
     oracle = (A.double() @ B.double()) * A_scale.double() * B_scale.double()
     assert_close_to(out, oracle, torch.bfloat16)
@@ -139,7 +146,7 @@ def test_gemm_groupwise(seed, granularity, out_dtype):
     b_scale = pow2((-(-k // block_k), -(-n // block_n))).t()
     out = nan_like((m, n), out_dtype)
 
-    fp8_blockwise.gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, config=SMALL_TILES)
+    fp8_blockwise.gemm_groupwise(groupwise(a, b, a_scale, b_scale, granularity, out), config=SMALL_TILES)
 
     assert_close_to(out, groupwise_oracle(a, b, a_scale, b_scale, block_m, block_n, block_k), out_dtype)
 
@@ -153,7 +160,7 @@ def test_gemm_groupwise_strided_output(seed):
     buffer = nan_like((m, 2 * n), torch.bfloat16)
     out = buffer[:, 1::2]
 
-    fp8_blockwise.gemm_groupwise(a, b, a_scale, b_scale, 1, 128, 128, out, config=SMALL_TILES)
+    fp8_blockwise.gemm_groupwise(groupwise(a, b, a_scale, b_scale, (1, 128, 128), out), config=SMALL_TILES)
 
     assert_close_to(out, groupwise_oracle(a, b, a_scale, b_scale, 1, 128, 128), torch.bfloat16)
     assert buffer[:, 0::2].isnan().all()
@@ -170,7 +177,9 @@ def test_gemm_groupwise_fp8_output(seed):
     output_scale = nan_like((m, 2), torch.float32)
 
     config = dict(SMALL_TILES, BLOCK_N=128)
-    fp8_blockwise.gemm_groupwise(a, b, a_scale, b_scale, 1, 128, 128, out, output_scale, config=config)
+    fp8_blockwise.gemm_groupwise(
+        groupwise(a, b, a_scale, b_scale, (1, 128, 128), out, output_scale), config=config
+    )
 
     acc = groupwise_oracle(a, b, a_scale, b_scale, 1, 128, 128)
     padded = torch.nn.functional.pad(acc, (0, 256 - n))
@@ -232,7 +241,9 @@ def test_group_gemm_contiguous(seed, aligned):
     a_scale = a_scale.t().contiguous().t()  # MN-major storage, seen through its logical view
     out = nan_like((rows, n), torch.bfloat16)
 
-    fp8_blockwise.group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out, config=SMALL_TILES)
+    fp8_blockwise.group_gemm_contiguous(
+        GroupedContiguous(a, b, a_scale, b_scale, m_indices, out), config=SMALL_TILES
+    )
 
     oracle = contiguous_oracle(a, b, a_scale, b_scale, m_indices)
     valid = (m_indices >= 0) & (m_indices < groups)
@@ -247,7 +258,9 @@ def test_group_gemm_contiguous_all_padding():
     out = nan_like((32, 16), torch.bfloat16)
     m_indices = torch.full((32,), -1, dtype=torch.int32)
 
-    fp8_blockwise.group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out, config=SMALL_TILES)
+    fp8_blockwise.group_gemm_contiguous(
+        GroupedContiguous(a, b, a_scale, b_scale, m_indices, out), config=SMALL_TILES
+    )
 
     assert out.isnan().all()
 
@@ -265,7 +278,9 @@ def test_group_gemm_masked(seed):
     buffer = nan_like((groups, m, n + 8), torch.bfloat16)
     out = buffer[:, :, :n]
 
-    fp8_blockwise.group_gemm_masked(a, b, a_scale, b_scale, masked_m, 17, out, config=SMALL_TILES)
+    fp8_blockwise.group_gemm_masked(
+        GroupedMasked(a, b, a_scale, b_scale, masked_m, 17, out), config=SMALL_TILES
+    )
 
     valid_rows = masked_m.clamp(0, m)
     for g in range(groups):
@@ -316,7 +331,7 @@ def test_tuned_launch_autotunes_once_per_key_under_the_lock(monkeypatch):
     one = torch.ones(())
     for m in (100, 120, 300):  # 100 and 120 share the power-of-two bucket of the autotune key
         fp8_bmm.fp8_bmm(
-            fp8((2, m, 32)), fp8((2, 32, 200)), one, one, torch.empty(2, m, 200, dtype=torch.bfloat16)
+            Bmm(fp8((2, m, 32)), fp8((2, 32, 200)), torch.empty(2, m, 200, dtype=torch.bfloat16), one, one)
         )
     assert events == [("autotune", True), ("cached", False, (4 * 4, 2), 32, 4), ("autotune", True)]
 
@@ -324,6 +339,6 @@ def test_tuned_launch_autotunes_once_per_key_under_the_lock(monkeypatch):
     a, b = fp8((16, 128)), fp8((128, 128))
     out = torch.empty(16, 128, dtype=torch.bfloat16)
     for _ in range(2):
-        fp8_blockwise.gemm_groupwise(a, b, pow2((16, 1)), pow2((1, 1)), 1, 128, 128, out)
+        fp8_blockwise.gemm_groupwise(groupwise(a, b, pow2((16, 1)), pow2((1, 1)), (1, 128, 128), out))
     assert [e[:2] for e in events] == [("autotune", True), ("cached", False)]
     assert not triton_launch.AUTOTUNED_LAUNCH.locked()

@@ -17,6 +17,8 @@ import math
 import pytest
 import torch
 
+from flashinfer.mla._args import Decode, Rope
+
 pytestmark = pytest.mark.triton
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -120,10 +122,10 @@ def test_rope_mla_merged_outputs(kernels, seed, k_2d, is_neox, out_dtype, in_dty
     k_out = fp8_poisoned(nnz, nope + rdim, dtype=out_dtype)
     scale_q, scale_kv = 3.0, 0.5
     k_in, k_dst = (latent, k_out) if k_2d else (latent[:, None], k_out[:, None])
-    rope.rope_quantize(
+    rope.rope_quantize(Rope(
         q_rope, k_in[..., nope:], q_nope, k_in[..., :nope], cache, pos, is_neox,
         scale_q, scale_kv, q_out[..., nope:], k_dst[..., nope:], q_out[..., :nope], k_dst[..., :nope],
-    )  # fmt: skip
+    ))  # fmt: skip
     assert_fp8_close(q_out[..., nope:], rope_oracle(q_rope, cache, pos, is_neox, scale_q, valid), out_dtype)
     k_ref = rope_oracle(latent[:, None, nope:], cache, pos, is_neox, scale_kv, valid)[:, 0]
     assert_fp8_close(k_out[:, nope:], k_ref, out_dtype)
@@ -145,10 +147,10 @@ def test_rope_gqa_stride0_heads_no_nope_saturation(kernels, seed):
     pos = torch.tensor([1, 7, 3])
     valid = torch.ones(nnz, dtype=torch.bool)
     q_out, k_out = fp8_poisoned(nnz, hq, rdim, dtype=E4M3), fp8_poisoned(nnz, hk, rdim, dtype=E4M3)
-    rope.rope_quantize(
+    rope.rope_quantize(Rope(
         q_rope, k_rope, empty_q, empty_k, cache, pos, True, 2.0, 1.0,
         q_out, k_out, empty_q.to(E4M3), empty_k.to(E4M3),
-    )  # fmt: skip
+    ))  # fmt: skip
     q_ref = rope_oracle(q_rope, cache, pos, True, 2.0, valid)
     assert (q_ref.abs() > 448).any(), "the case must exercise saturation"
     assert_fp8_close(q_out, q_ref, E4M3)
@@ -179,6 +181,18 @@ def sparse_case(batch, q_len, heads, dim, topk, slots, dtype):
     if batch > 2:
         indices[2] = -1
     return SparseCase(query, kv, indices, torch.tensor(lens, dtype=torch.int32))
+
+
+def sparse_call(case, bmm1, bmm2, sinks, out, lse, plan, workspace):
+    """The launcher's record: the flat pool as a cache of one-token pages."""
+    kv_cache = case.kv.unsqueeze(1)
+    return Decode(
+        case.query, kv_cache, case.indices, case.seq_lens, bmm1, bmm2, sinks, out, lse, plan, workspace
+    )
+
+
+def launch(md, call, paged):
+    md.mla_decode(call, md.key_rows(call, paged))
 
 
 def sparse_keys(case):
@@ -226,8 +240,7 @@ def test_sparse_decode(kernels, seed, dtype, heads, q_len, dim, splits, with_sin
     workspace = torch.full((4 << 20,), 0xFF, dtype=torch.uint8)  # not zeroed: NaN floats
     scale_args = (torch.tensor(bmm1), torch.tensor(bmm2)) if tensor_scales else (bmm1, bmm2)
     plan = make_plan(md, batch, q_len, heads, topk, splits)
-    md.mla_decode(case.query, case.kv, case.indices, case.seq_lens, *scale_args, sinks, out, lse, workspace,
-                  plan, 0, slots, case.kv.stride(0), 0)  # fmt: skip
+    launch(md, sparse_call(case, *scale_args, sinks, out, lse, plan, workspace), paged=False)
     ref_out, ref_lse = decode_oracle(
         case.query, sparse_keys(case), case.seq_lens, topk, d_v, bmm1, bmm2, sinks
     )
@@ -259,8 +272,7 @@ def test_sparse_decode_tile_variants(kernels, seed, dtype, tile):
     out = torch.full((batch, q_len, heads, 512), math.nan, dtype=torch.bfloat16)
     lse = torch.full((batch, q_len, heads), math.nan)
     workspace = torch.full((4 << 20,), 0xFF, dtype=torch.uint8)
-    md.mla_decode(case.query, case.kv, case.indices, case.seq_lens, 0.06, 1.1, None, out, lse, workspace,
-                  plan, 0, slots, case.kv.stride(0), 0)  # fmt: skip
+    launch(md, sparse_call(case, 0.06, 1.1, None, out, lse, plan, workspace), paged=False)
     ref_out, ref_lse = decode_oracle(case.query, sparse_keys(case), case.seq_lens, topk, 512, 0.06, 1.1, None)
     assert_decode_close(out, lse, ref_out, ref_lse)
 
@@ -276,8 +288,7 @@ def test_sparse_decode_small_workspace_reduces_splits(kernels, seed):
     out = torch.full((batch, q_len, heads, 512), math.nan, dtype=torch.bfloat16)
     lse = torch.full((batch, q_len, heads), math.nan)
     plan = make_plan(md, batch, q_len, heads, topk, 8)
-    md.mla_decode(case.query, case.kv, case.indices, case.seq_lens, 0.05, 1.0, None, out, lse, workspace[1:],
-                  plan, 0, slots, case.kv.stride(0), 0)  # fmt: skip
+    launch(md, sparse_call(case, 0.05, 1.0, None, out, lse, plan, workspace[1:]), paged=False)
     ref_out, ref_lse = decode_oracle(case.query, sparse_keys(case), case.seq_lens, topk, 512, 0.05, 1.0, None)
     assert_decode_close(out, lse, ref_out, ref_lse)
 
@@ -300,8 +311,9 @@ def test_dense_decode(kernels, seed, dtype, page_size, splits):
     workspace = torch.full((1 << 20,), 0xFF, dtype=torch.uint8)
     sinks = torch.randn(heads)
     plan = make_plan(md, batch, q_len, heads, width * page_size, splits)
-    md.mla_decode(query, kv_pages, tables, seq_lens, 0.05, 0.9, sinks, out, lse, workspace, plan,
-                  page_size, num_pages, kv_pages.stride(0), kv_pages.stride(1))  # fmt: skip
+    launch(
+        md, Decode(query, kv_pages, tables, seq_lens, 0.05, 0.9, sinks, out, lse, plan, workspace), paged=True
+    )
 
     def keys_of(b, t, n):
         rows = []
@@ -324,3 +336,31 @@ def test_plan_depends_on_shape_only(kernels):
     assert one.num_splits > 1, "a single request is split over the key list"
     assert md.plan_decode(128, 1, 128, 2048, 132).num_splits == 1, "a full wave needs no combine"
     assert md.plan_decode(1, 1, 128, 64, 132).num_splits == 1, "short lists are not split"
+
+
+def test_every_combine_launch_names_every_constexpr():
+    """Both decode tiers launch the shared combine kernel with all its constexprs (a missing one
+    is a TypeError at the first launch): the constexprs the launchers pass, read from their source."""
+    import inspect
+    import re
+
+    from flashinfer.mla.kernels import mla_decode
+
+    kernel = getattr(mla_decode.mla_combine_kernel, "fn", mla_decode.mla_combine_kernel)
+    combine = {
+        name
+        for name, p in inspect.signature(kernel).parameters.items()
+        if "constexpr" in str(p.annotation) and p.default is inspect.Parameter.empty
+    }
+    assert "SINK_IN_LSE" in combine
+    sources = [inspect.getsource(mla_decode.mla_decode)]
+    try:
+        from flashinfer.mla.kernels import mla_decode_gluon
+    except ImportError:  # a Triton without Gluon: only the portable tier launches it
+        pass
+    else:
+        sources.append(inspect.getsource(mla_decode_gluon.mla_decode))
+    for source in sources:
+        launch = source[source.index("_COMBINE.launch(") :]
+        launch = launch[: launch.index(")  # fmt: skip")]
+        assert combine <= set(re.findall(r"(\w+)=", launch))

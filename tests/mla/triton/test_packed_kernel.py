@@ -15,10 +15,17 @@ import math
 import pytest
 import torch
 
+from flashinfer.mla._args import Decode
+
 pytestmark = pytest.mark.triton
 
 E4M3 = torch.float8_e4m3fn
 INT32_MAX = 2**31 - 1
+
+
+def launch_packed(md, call, length_mode):
+    """The launcher's record holds the pool as a cache of one-row pages."""
+    md.mla_decode(call, md.key_rows(call, False), packed=True, length_mode=length_mode)
 
 
 def packed_pool(slots, pow2=True):
@@ -112,8 +119,8 @@ def test_packed_decode(kernels, seed, heads, q_len, splits, with_sinks, lengths,
     workspace = torch.full((4 << 20,), 0xFF, dtype=torch.uint8)  # not zeroed: NaN floats
     plan = dataclasses.replace(md.plan_decode(batch, q_len, heads, topk, num_sms=132), num_splits=splits)
     bmm1 = 0.06
-    md.mla_decode(query, rows, indices, token_lengths, bmm1, 1.0, sinks, out, lse, workspace, plan,
-                  0, slots, rows.stride(0), 0, packed=True, length_mode=1 if lengths else 2)  # fmt: skip
+    launch_packed(md, Decode(query, rows.unsqueeze(1), indices, token_lengths, bmm1, 1.0, sinks, out, lse, plan,
+                             workspace), length_mode=1 if lengths else 2)  # fmt: skip
     ref_out, ref_lse = oracle(query, keys.bfloat16().double(), indices, token_lengths, bmm1, sinks)
     assert_close(out, lse, ref_out, ref_lse)
     assert (out[2, 0] == 0).all(), "a token with no valid entry gets 0"
@@ -134,8 +141,9 @@ def test_packed_rows_are_read_at_their_byte_offsets(kernels, seed):
     out = torch.full((1, 1, heads, 512), math.nan, dtype=torch.bfloat16)
     lse = torch.full((1, 1, heads), math.nan)
     plan = md.plan_decode(1, 1, heads, 64, num_sms=132)
-    md.mla_decode(query, rows, indices, None, 1.0, 1.0, None, out, lse, torch.empty(1 << 16, dtype=torch.uint8),
-                  plan, 0, slots, 656, 0, packed=True, length_mode=2)  # fmt: skip
+    workspace = torch.empty(1 << 16, dtype=torch.uint8)
+    call = Decode(query, rows.unsqueeze(1), indices, None, 1.0, 1.0, None, out, lse, plan, workspace)
+    launch_packed(md, call, length_mode=2)
     expected = keys[29, :512].expand(heads, 512)
     torch.testing.assert_close(out[0, 0].double(), expected, rtol=2**-8, atol=0)  # one bf16 rounding
     # a single key: lse2 = s * log2(e), with s the (bf16-rounded) K value the query picks

@@ -10,7 +10,7 @@ layer on the hot path) and :func:`gated` only attaches the attributes and hides
 
 Every name in a table runs on every device: the tensor's device picks the implementation
 (``ROUTES`` in each package's ``_dispatch.py``), the name only keeps FlashInfer's name-specific
-rules (``notes``). The answers of the hooks are therefore the same for every compute
+rules (``rules``). The answers of the hooks are therefore the same for every compute
 capability; problem-specific refusals (a known name that cannot run one particular call) raise
 :class:`BackendSupportedError` from the op itself.
 """
@@ -18,12 +18,40 @@ capability; problem-specific refusals (a known name that cannot run one particul
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from .checks import describe, fail
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A requirement one backend name keeps, e.g. ``tgv``: bf16 output only.
+
+    Parameters
+    ----------
+    arg : str
+        The argument the rule constrains (named in the error).
+    expected : str
+        What it must be, for the error and the README's table.
+    holds : callable
+        ``holds(*context) -> bool`` over the table's ``context`` values.
+    got : callable
+        ``got(*context) -> str``: what came, for the error.
+    exc : type
+        The exception upstream raises for it (default ``ValueError``).
+    """
+
+    arg: str
+    expected: str
+    holds: Callable[..., bool]
+    got: Callable[..., str]
+    exc: type = ValueError
 
 
 @dataclass(frozen=True)
 class BackendTable:
-    """The backend names one public function accepts.
+    """The backend names one public function accepts, and the rules names keep.
 
     Parameters
     ----------
@@ -33,15 +61,17 @@ class BackendTable:
         FlashInfer v0.6.17's literals for this function (empty when it has no ``backend``).
     mate : tuple of str
         MATE's own names, accepted as well.
-    notes : dict
-        ``{name: the rule that name keeps}`` for names with a rule of their own (README,
-        ``show-config``).
+    context : tuple of str
+        What the op passes to :meth:`enforce`, in order: the values the rules read.
+    rules : dict
+        ``{name: (Rule, ...)}`` for the names with FlashInfer rules of their own.
     """
 
     function: str
     upstream: tuple[str, ...] = ()
     mate: tuple[str, ...] = ()
-    notes: dict = field(default_factory=dict)
+    context: tuple[str, ...] = ()
+    rules: dict = field(default_factory=dict)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -50,9 +80,21 @@ class BackendTable:
     def check(self, backend) -> None:
         """Raise ``ValueError`` listing the accepted names if ``backend`` is unknown."""
         if backend not in self.names:
-            raise ValueError(
-                f"expected one of {list(self.names)} for `backend` of {self.function}, got {backend!r}"
-            )
+            fail(ValueError, "backend", f"one of {list(self.names)} ({self.function})", describe(backend))
+
+    def enforce(self, backend: str, *context) -> None:
+        """Raise the first broken rule of ``backend`` (a known name) for these context values."""
+        for rule in self.rules.get(backend, ()):
+            if not rule.holds(*context):
+                fail(rule.exc, rule.arg, f"{rule.expected} (backend={backend!r})", rule.got(*context))
+
+    @property
+    def notes(self) -> dict:
+        """``{name: its rules in words}`` for the README and ``show-config``."""
+        return {
+            name: "; ".join(f"`{rule.arg}` {rule.expected}" for rule in rules)
+            for name, rules in self.rules.items()
+        }
 
 
 def gated(table: BackendTable):

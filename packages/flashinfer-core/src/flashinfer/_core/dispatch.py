@@ -12,8 +12,7 @@ imports the module (lazily: importing a package never imports Triton or MATE), e
 ``Dispatcher(reference=load_reference, cuda=load_cuda, mate=load_mate)`` in
 ``flashinfer/gemm/_dispatch.py``. Backend *names* only select rules inside the API layer, never
 a module. ``FLASHINFER_FORCE_REFERENCE=1`` forces the reference on every device, for debugging
-and parity checks; it is read once, at import (set it before starting Python), and again by
-:func:`reload_environment`.
+and parity checks; it is read once, at import (set it before starting Python).
 """
 
 from __future__ import annotations
@@ -63,12 +62,6 @@ def _env_forces_reference() -> bool:
 ROUTING = Routing({"cuda": "cuda", "musa": "mate"}, _env_forces_reference())
 
 
-def reload_environment() -> None:
-    """Read ``FLASHINFER_FORCE_REFERENCE`` again (it is otherwise read once, at import)."""
-    global ROUTING
-    ROUTING = ROUTING._replace(force_reference=_env_forces_reference())
-
-
 def force_reference() -> bool:
     """Whether ``FLASHINFER_FORCE_REFERENCE`` asks for the reference implementation."""
     return ROUTING.force_reference
@@ -107,13 +100,30 @@ class Dispatcher:
     ):
         self.loaders = {"reference": reference, "cuda": cuda, "mate": mate}
         self._routing: Routing | None = None
-        self._by_device: dict = {}
+        self._modules: dict = {}  # device -> module
+        self._kinds: dict = {}  # device -> kind
 
     def module(self, device: torch.device) -> ModuleType:
         """The implementation module for ``device``; cached per device (a dict lookup)."""
         if self._routing is not ROUTING:
-            self._routing, self._by_device = ROUTING, {}
-        module = self._by_device.get(device)
-        if module is None:
-            module = self._by_device[device] = self.loaders[ROUTING.kind(device.type)]()
+            self._resolve(device)
+        module = self._modules.get(device)
+        return module if module is not None else self._resolve(device)
+
+    def kind(self, device: torch.device) -> str:
+        """The implementation kind (``reference``, ``cuda``, ``mate``) :meth:`module` serves."""
+        if self._routing is not ROUTING:
+            self._resolve(device)
+        kind = self._kinds.get(device)
+        if kind is None:
+            self._resolve(device)
+            kind = self._kinds[device]
+        return kind
+
+    def _resolve(self, device: torch.device) -> ModuleType:
+        if self._routing is not ROUTING:
+            self._routing, self._modules, self._kinds = ROUTING, {}, {}
+        kind = ROUTING.kind(device.type)
+        module = self._modules[device] = self.loaders[kind]()
+        self._kinds[device] = kind
         return module

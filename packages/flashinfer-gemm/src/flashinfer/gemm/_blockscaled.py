@@ -77,15 +77,8 @@ def gemm_fp8_nt_blockscaled(
     >>> gemm_fp8_nt_blockscaled(a, b, torch.ones(2, 2), torch.ones(2, 1)).shape
     torch.Size([256, 128])
     """
+    # positional: keywords cost host time; `cutlass` keeps its rules, no FP8 output
     return gemm_fp8_nt_groupwise(
-        a,
-        b,
-        a_scale,
-        b_scale,
-        scale_major_mode=scale_major_mode,
-        mma_sm=mma_sm,
-        scale_granularity_mnk=_BLOCK_GRANULARITY,
-        out=out,
-        out_dtype=out_dtype,
+        a, b, a_scale, b_scale, scale_major_mode, mma_sm, _BLOCK_GRANULARITY, out, out_dtype, "cutlass", None,
         skip_check=skip_check,
-    )
+    )  # fmt: skip

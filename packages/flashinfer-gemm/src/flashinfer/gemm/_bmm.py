@@ -5,102 +5,46 @@ from __future__ import annotations
 import torch
 
 from flashinfer._core.backends import gated
-from flashinfer._core.checks import fail
+from flashinfer._core.checks import check_no_overlap, describe, fail, require_tensors
 
+from ._args import Bmm
 from ._backends import BMM_BF16, BMM_FP8
 from ._dispatch import DISPATCH
-from ._validate import (
-    FLOAT32,
-    FP8,
-    check_fp8,
-    check_out,
-    check_out_overlap,
-    check_rank,
-    check_same_device,
-    check_scale,
-    check_tensor,
-    out_overlaps,
-)
 
 _16BIT = (torch.bfloat16, torch.float16)
 _BF16_OUT = (torch.bfloat16, torch.float16, torch.float32)
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _FP8_OUT = (torch.bfloat16, torch.float16)
-_E5M2 = torch.float8_e5m2
-
-
-def _check_operands(A, B) -> None:
-    """``A (b, m, k)`` and ``B (b, k, n)`` on one device with matching batch and K."""
-    check_tensor(A, "A")
-    check_tensor(B, "B")
-    check_rank(A, "A", 3, "(batch, m, k)")
-    check_rank(B, "B", 3, "(batch, k, n)")
-    if B.shape[0] != A.shape[0] or B.shape[1] != A.shape[2]:
-        fail(
-            ValueError,
-            "B",
-            f"shape ({A.shape[0]}, {A.shape[2]}, n) (batch and k of `A`)",
-            f"shape {tuple(B.shape)}",
-        )
-    check_same_device(B, "B", A.device, "A")
-
-
+_FLOAT32 = torch.float32
 _BF16_NAMES = frozenset(BMM_BF16.names)
+_INPUTS = ("A", "B", "A_scale", "B_scale")
 _FP8_NAMES = frozenset(BMM_FP8.names)
 
-# Validation is one expression that is True when every check passes (the hot path, a few
-# attribute reads); only when it is False do the detailed checks run to say what is wrong.
 
-
-def _out_ok(out, dtype, device, shape, A, B) -> bool:
-    # a given ``out`` on the fast path: ``shape`` and ``dtype`` on ``device``, overlapping no input
-    return out.dtype == dtype and out.device == device and out.shape == shape and not out_overlaps(out, A, B)
-
-
-def _bmm_bf16_args_ok(A, B, out, out_dtype, backend) -> bool:
-    try:
-        a_shape, b_shape, device = A.shape, B.shape, A.device
-        ok = (
-            backend in _BF16_NAMES
-            and out_dtype in _BF16_OUT
-            and (backend != "tgv" or out_dtype == torch.bfloat16)
-            and len(a_shape) == 3
-            and len(b_shape) == 3
-            and b_shape[0] == a_shape[0]
-            and b_shape[1] == a_shape[2]
-            and A.dtype in _16BIT
-            and B.dtype == A.dtype
-            and B.device == device
-        )
-        return ok and (
-            out is None or _out_ok(out, out_dtype, device, (a_shape[0], a_shape[1], b_shape[2]), A, B)
-        )
-    except AttributeError:
-        return False
-
-
-def _bmm_fp8_args_ok(A, B, A_scale, B_scale, dtype, out, backend) -> bool:
-    try:
-        a_shape, b_shape, device = A.shape, B.shape, A.device
-        a_dtype, b_dtype = A.dtype, B.dtype
-        ok = (
-            backend in _FP8_NAMES
-            and dtype in _FP8_OUT
-            and len(a_shape) == 3
-            and len(b_shape) == 3
-            and b_shape[0] == a_shape[0]
-            and b_shape[1] == a_shape[2]
-            and a_dtype in FP8
-            and b_dtype in FP8
-            and (backend != "cutlass" or (a_dtype != _E5M2 and b_dtype != _E5M2))
-            and B.device == device
-            and A_scale.dtype == FLOAT32
-            and B_scale.dtype == FLOAT32
-            and A_scale.device == device
-            and B_scale.device == device
-        )
-        return ok and (out is None or _out_ok(out, dtype, device, (a_shape[0], a_shape[1], b_shape[2]), A, B))
-    except AttributeError:
-        return False
+def _check_operands(
+    A, B, a_shape, b_shape, device, out, dtype, dtype_arg: str, A_scale=None, B_scale=None
+) -> None:
+    """``A (b, m, k)``, ``B (b, k, n)`` on one device; ``out`` None or ``(b, m, n)`` of ``dtype``."""
+    if len(a_shape) != 3:
+        fail(ValueError, "A", "a 3-D tensor (batch, m, k) (shape mismatch)", A)
+    if len(b_shape) != 3:
+        fail(ValueError, "B", "a 3-D tensor (batch, k, n) (shape mismatch)", B)
+    if b_shape[0] != a_shape[0] or b_shape[1] != a_shape[2]:
+        expected = f"shape ({a_shape[0]}, {a_shape[2]}, n) (batch and k of `A`)"
+        fail(ValueError, "B", expected, f"shape {tuple(b_shape)}")
+    if B.device != device:
+        fail(ValueError, "B", f"a tensor on {device} (the device of `A`)", f"a tensor on {B.device}")
+    if out is not None:
+        if out.shape != (a_shape[0], a_shape[1], b_shape[2]):
+            shape = (a_shape[0], a_shape[1], b_shape[2])
+            fail(ValueError, "out", f"shape {shape} (output shape mismatch)", f"shape {tuple(out.shape)}")
+        if out.device != device:
+            expected = f"a tensor on {device} (output device mismatch)"
+            fail(ValueError, "out", expected, f"a tensor on {out.device}")
+        if out.dtype != dtype:
+            expected = f"dtype {describe(dtype)} (output dtype mismatch with `{dtype_arg}`)"
+            fail(ValueError, "out", expected, f"dtype {out.dtype}")
+        check_no_overlap(out, "out", _INPUTS, A, B, A_scale, B_scale)
 
 
 @gated(BMM_BF16)
@@ -156,64 +100,63 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
     >>> bmm_bf16(A, B, out_dtype=torch.float32).dtype
     torch.float32
     """
-    if not skip_check and not _bmm_bf16_args_ok(A, B, out, out_dtype, backend):
-        BMM_BF16.check(backend)
-        _check_operands(A, B)
-        if A.dtype not in _16BIT:
-            fail(ValueError, "A", "dtype torch.bfloat16 or torch.float16 (first tensor)", f"dtype {A.dtype}")
-        if B.dtype != A.dtype:
-            fail(ValueError, "B", f"dtype {A.dtype} (the dtype of `A`; second tensor)", f"dtype {B.dtype}")
-        if out_dtype not in _BF16_OUT:
-            fail(
-                ValueError,
-                "out_dtype",
-                "torch.bfloat16, torch.float16 or torch.float32 (unsupported output dtype)",
-                out_dtype,
-            )
-        if backend == "tgv" and out_dtype != torch.bfloat16:
-            fail(
-                ValueError,
-                "out_dtype",
-                "torch.bfloat16 (the TGV backend for bmm_bf16 only supports bfloat16 output)",
-                out_dtype,
-            )
-        if out is not None:
-            check_out(out, (A.shape[0], A.shape[1], B.shape[2]), out_dtype, A.device, "out_dtype")
-            check_out_overlap(out, {"A": A, "B": B})
-    batch, m, k = A.shape
+    try:
+        a_shape, b_shape, device = A.shape, B.shape, A.device
+        if not skip_check:
+            if backend not in _BF16_NAMES:
+                BMM_BF16.check(backend)
+            if A.dtype not in _16BIT:
+                fail(
+                    ValueError,
+                    "A",
+                    "dtype torch.bfloat16 or torch.float16 (first tensor)",
+                    f"dtype {A.dtype}",
+                )
+            if B.dtype != A.dtype:
+                fail(
+                    ValueError, "B", f"dtype {A.dtype} (the dtype of `A`; second tensor)", f"dtype {B.dtype}"
+                )
+            if out_dtype not in _BF16_OUT:
+                expected = "torch.bfloat16, torch.float16 or torch.float32 (unsupported output dtype)"
+                fail(ValueError, "out_dtype", expected, describe(out_dtype))
+            _check_operands(A, B, a_shape, b_shape, device, out, out_dtype, "out_dtype")
+            if backend in BMM_BF16.rules:
+                BMM_BF16.enforce(backend, out_dtype)
+    except AttributeError:
+        require_tensors(A=A, B=B, out=out)
+        raise
+    batch, m, k = a_shape
     if out is None:
-        out = torch.empty((batch, m, B.shape[2]), dtype=out_dtype, device=A.device)
+        out = torch.empty((batch, m, b_shape[2]), dtype=out_dtype, device=device)
     if out.numel() == 0:
         return out
     if k == 0:
         return out.zero_()
-    DISPATCH.module(A.device).bmm(A, B, out)
+    DISPATCH.module(device).bmm(Bmm(A, B, out))
     return out
 
 
-def _scale_view(scale, arg: str, batch: int, rows: int, rows_last: bool):
-    """A per-tensor scale as a 0-dim view; a channelwise one as a broadcastable 3-D view.
-
-    ``rows_last=False`` gives ``(batch, rows, 1)`` (A's convention), True gives
-    ``(batch, 1, rows)`` (B's); either stored order is accepted.
-    """
-    ndim = scale.dim()
-    if ndim == 0:
-        return scale
+def _check_scale(scale, arg: str, device, batch: int, rows: int) -> None:
+    """A float32 scale on ``device``: ``()``, ``(1,)``, ``(batch, rows, 1)`` or ``(batch, 1, rows)``."""
+    if scale.dtype != _FLOAT32:
+        fail(ValueError, arg, "dtype torch.float32 (dequantization multipliers)", f"dtype {scale.dtype}")
+    if scale.device != device:
+        fail(ValueError, arg, f"a tensor on {device} (the device of `A`)", f"a tensor on {scale.device}")
     shape = scale.shape
-    if ndim == 1 and shape[0] == 1:
-        return scale.squeeze()  # the cheapest 0-dim view of a (1,) tensor
-    if scale.dim() == 3 and shape[0] == batch:
-        if shape[1] == rows and shape[2] == 1:
-            return scale.transpose(1, 2) if rows_last else scale
-        if shape[1] == 1 and shape[2] == rows:
-            return scale if rows_last else scale.transpose(1, 2)
-    fail(
-        ValueError,
-        arg,
-        f"shape (), (1,), ({batch}, {rows}, 1) or ({batch}, 1, {rows}) (per-tensor or channelwise scale)",
-        f"shape {tuple(shape)}",
-    )
+    ndim = len(shape)
+    if not (
+        ndim == 0
+        or (ndim == 1 and shape[0] == 1)
+        or (
+            ndim == 3
+            and shape[0] == batch
+            and ((shape[1] == rows and shape[2] == 1) or (shape[1] == 1 and shape[2] == rows))
+        )
+    ):
+        expected = (
+            f"shape (), (1,), ({batch}, {rows}, 1) or ({batch}, 1, {rows}) (per-tensor or channelwise scale)"
+        )
+        fail(ValueError, arg, expected, f"shape {tuple(shape)}")
 
 
 @gated(BMM_FP8)
@@ -280,39 +223,36 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
     if isinstance(out, str):
         # vLLM's flashinfer_scaled_fp8_mm passes the backend name positionally in `out`'s slot.
         out, backend = None, out
-    if not skip_check and not _bmm_fp8_args_ok(A, B, A_scale, B_scale, dtype, out, backend):
-        BMM_FP8.check(backend)
-        _check_operands(A, B)
-        check_fp8(A, "A")
-        check_fp8(B, "B")
-        if backend == "cutlass" and (A.dtype == _E5M2 or B.dtype == _E5M2):
-            fail(
-                ValueError,
-                "backend",
-                "not 'cutlass' with e5m2 inputs (e5m2 is not supported for bmm_fp8 with cutlass backend)",
-                backend,
-            )
-        if dtype not in _FP8_OUT:
-            fail(
-                ValueError,
-                "dtype",
-                "torch.bfloat16 or torch.float16 (unsupported output dtype for FP8 GEMM)",
-                dtype,
-            )
-        check_scale(A_scale, "A_scale", A.device, "A")
-        check_scale(B_scale, "B_scale", A.device, "A")
-        if out is not None:
-            check_out(out, (A.shape[0], A.shape[1], B.shape[2]), dtype, A.device, "dtype")
-            check_out_overlap(out, {"A": A, "B": B, "A_scale": A_scale, "B_scale": B_scale})
-    batch, m, k = A.shape
-    n = B.shape[2]
-    A_scale = _scale_view(A_scale, "A_scale", batch, m, rows_last=False)
-    B_scale = _scale_view(B_scale, "B_scale", batch, n, rows_last=True)
+    try:
+        a_shape, b_shape, device = A.shape, B.shape, A.device
+        if not skip_check:
+            if backend not in _FP8_NAMES:
+                BMM_FP8.check(backend)
+            if A.dtype not in _FP8:
+                fail(
+                    ValueError, "A", "dtype float8_e4m3fn or float8_e5m2 (A must be FP8)", f"dtype {A.dtype}"
+                )
+            if B.dtype not in _FP8:
+                fail(
+                    ValueError, "B", "dtype float8_e4m3fn or float8_e5m2 (B must be FP8)", f"dtype {B.dtype}"
+                )
+            if dtype not in _FP8_OUT:
+                expected = "torch.bfloat16 or torch.float16 (unsupported output dtype for FP8 GEMM)"
+                fail(ValueError, "dtype", expected, describe(dtype))
+            _check_operands(A, B, a_shape, b_shape, device, out, dtype, "dtype", A_scale, B_scale)
+            _check_scale(A_scale, "A_scale", device, a_shape[0], a_shape[1])
+            _check_scale(B_scale, "B_scale", device, a_shape[0], b_shape[2])
+            if backend in BMM_FP8.rules:
+                BMM_FP8.enforce(backend, A.dtype, B.dtype)
+    except AttributeError:
+        require_tensors(A=A, B=B, A_scale=A_scale, B_scale=B_scale, out=out)
+        raise
+    batch, m, k = a_shape
     if out is None:
-        out = torch.empty((batch, m, n), dtype=dtype, device=A.device)
+        out = torch.empty((batch, m, b_shape[2]), dtype=dtype, device=device)
     if out.numel() == 0:
         return out
     if k == 0:
         return out.zero_()
-    DISPATCH.module(A.device).bmm(A, B, out, A_scale, B_scale)
+    DISPATCH.module(device).bmm(Bmm(A, B, out, A_scale, B_scale))
     return out

@@ -33,6 +33,9 @@ from flashinfer._core.constants import FP8_TENSOR_CORE_CAPABILITY
 from flashinfer._core.kernel_tier import KERNEL_TIER_ENV, use_gluon
 from flashinfer.utils import get_compute_capability
 
+from . import _reference
+from ._segments import contiguous_rows
+
 # cuBLASLt's 1x128 / 128x128 block scaling exists for sm90 only (PyTorch rejects other archs).
 _BLOCKWISE_CUBLAS_MAJOR = 9
 _CUBLAS_ALIGNMENT_BYTES = 16
@@ -46,12 +49,6 @@ GLUON_IN_AUTO = False
 
 def _has_fp8_mma(device: torch.device) -> bool:
     return get_compute_capability(device) >= FP8_TENSOR_CORE_CAPABILITY
-
-
-def _reference():
-    from flashinfer.gemm import _reference
-
-    return _reference
 
 
 @functools.cache
@@ -83,33 +80,25 @@ def _row_major(t: torch.Tensor) -> bool:
 # bmm
 
 
-def bmm(A, B, out, A_scale=None, B_scale=None) -> None:
-    """``out = cast((A @ B) * A_scale * B_scale)`` for 16-bit or FP8 batched operands.
-
-    Parameters
-    ----------
-    A : torch.Tensor
-        ``[b, m, k]`` bf16/fp16, or float8 (e4m3/e5m2); any strides.
-    B : torch.Tensor
-        ``[b, k, n]``, same 16-bit dtype as A, or float8 (formats may differ from A's); any
-        strides, column-major (``B.stride(-2) == 1``) being the fast case.
-    out : torch.Tensor
-        ``[b, m, n]`` bf16, fp16 or fp32; any strides; written in place.
-    A_scale, B_scale : torch.Tensor, optional
-        FP8 only: float32 multipliers, 0-dim or ``[b, m, 1]`` / ``[b, 1, n]`` views.
-    """
-    if A_scale is None:
-        _bmm_16bit(A, B, out)
-    elif not _has_fp8_mma(A.device):
-        _reference().bmm(A, B, out, A_scale, B_scale)
-    elif A.shape[0] == 1 and _scaled_mm_takes(A[0], B[0], A_scale, B_scale, out[0]):
+def bmm(call) -> None:
+    """``out = cast((A @ B) * A_scale * B_scale)`` for 16-bit or FP8 batched operands
+    (:class:`~._args.Bmm`; a column-major B, ``B.stride(-2) == 1``, is the fast case)."""
+    if call.a_scale is None:
+        _bmm_16bit(call.A, call.B, call.out)
+        return
+    A, B, out = call.A, call.B, call.out
+    if not _has_fp8_mma(A.device):
+        _reference.bmm(call)
+        return
+    A_scale, B_scale = call.A_scale, call.B_scale
+    if A.shape[0] == 1 and _scaled_mm_takes(A[0], B[0], A_scale, B_scale, out[0]):
         _scaled_mm_single(A[0], B[0], A_scale, B_scale, out[0])
     elif _gluon_bmm_takes(A, B, out) and use_gluon(A.device, GLUON_IN_AUTO):
-        _gluon_bmm().fp8_bmm(A, B, A_scale, B_scale, out)
+        _gluon_bmm().fp8_bmm(call._replace(a_scale=A_scale, b_scale=B_scale))
     else:
         from flashinfer.gemm.kernels import fp8_bmm
 
-        fp8_bmm.fp8_bmm(A, B, A_scale, B_scale, out)
+        fp8_bmm.fp8_bmm(call._replace(a_scale=A_scale, b_scale=B_scale))
 
 
 def _bmm_16bit(A, B, out) -> None:
@@ -178,28 +167,13 @@ def _scaled_mm_single(a, b, a_scale, b_scale, out) -> None:
 # gemm_groupwise
 
 
-def gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, output_scale=None) -> None:
-    """``out = dequant(a) @ dequant(b).T`` with block scales, optionally quantized to FP8.
-
-    Parameters
-    ----------
-    a : torch.Tensor
-        ``[m, k]`` float8, ``stride(-1) == 1``.
-    b : torch.Tensor
-        ``[n, k]`` float8, ``stride(-1) == 1``.
-    a_scale : torch.Tensor
-        float32 logical view ``[ceil(m / block_m), ceil(k / block_k)]``, any strides.
-    b_scale : torch.Tensor
-        float32 logical view ``[ceil(n / block_n), ceil(k / block_k)]``, any strides.
-    block_m, block_n, block_k : int
-        The scale granularity.
-    out : torch.Tensor
-        ``[m, n]`` bf16/fp16 (any strides), or float8_e4m3fn with ``output_scale``.
-    output_scale : torch.Tensor, optional
-        ``[m, ceil(n / 128)]`` float32 contiguous, written with the per-block output scales.
-    """
+def gemm_groupwise(call) -> None:
+    """``out = dequant(a) @ dequant(b).T`` with block scales, optionally quantized to FP8
+    (:class:`~._args.Groupwise`)."""
+    a, b, out, output_scale = call.a, call.b, call.out, call.output_scale
+    block_m, block_n, block_k = call.block_m, call.block_n, call.block_k
     if not _has_fp8_mma(a.device):
-        _reference().gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, output_scale)
+        _reference.gemm_groupwise(call)
     elif (
         _gluon_groupwise_takes(a, b, block_m, block_n, block_k)
         and use_gluon(a.device, GLUON_IN_AUTO)
@@ -210,14 +184,14 @@ def gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, outpu
             or not _blockwise_cublas_takes(a, b, block_m, block_n, block_k, out)
         )
     ):
-        _gluon_blockwise().gemm_groupwise(a, b, a_scale, b_scale, block_m, out, output_scale)
+        _gluon_blockwise().gemm_groupwise(call)
     elif output_scale is None and _blockwise_cublas_takes(a, b, block_m, block_n, block_k, out):
-        scale_a, scale_b = _blockwise_cublas_scales(a_scale, b_scale, a.shape[0], block_m)
+        scale_a, scale_b = _blockwise_cublas_scales(call.a_scale, call.b_scale, a.shape[0], block_m)
         torch._scaled_mm(a, b.t(), scale_a, scale_b, out_dtype=out.dtype, out=out)
     else:
         from flashinfer.gemm.kernels import fp8_blockwise
 
-        fp8_blockwise.gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, output_scale)
+        fp8_blockwise.gemm_groupwise(call)
 
 
 def _gluon_groupwise_takes(a, b, block_m, block_n, block_k) -> bool:
@@ -272,116 +246,53 @@ def _blockwise_cublas_scales(a_scale, b_scale, m, block_m):
 # grouped GEMMs
 
 
-def group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out) -> None:
-    """Contiguous grouped FP8 GEMM: ``out[r] = dequant(a)[r] @ dequant(b[m_indices[r]]).T``.
-
-    Parameters
-    ----------
-    a : torch.Tensor
-        ``[m, k]`` float8_e4m3fn, ``stride(-1) == 1``.
-    b : torch.Tensor
-        ``[G, n, k]`` float8_e4m3fn, ``stride(-1) == 1``.
-    a_scale : torch.Tensor
-        float32 logical view ``[m, ceil(k / 128)]``, any strides.
-    b_scale : torch.Tensor
-        float32 logical view ``[G, ceil(n / 128), ceil(k / 128)]``, any strides.
-    m_indices : torch.Tensor
-        ``[m]`` int32 contiguous; rows with ids outside ``[0, G)`` are neither computed nor
-        written.
-    out : torch.Tensor
-        ``[m, n]`` bf16, ``stride(-1) == 1``.
-    """
+def group_gemm_contiguous(call) -> None:
+    """Contiguous grouped FP8 GEMM (:class:`~._args.GroupedContiguous`)."""
+    a, b = call.a, call.b
     if not _has_fp8_mma(a.device):
-        _reference().group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
+        _reference.group_gemm_contiguous(call)
     elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_IN_AUTO):
-        _gluon_blockwise().group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
+        _gluon_blockwise().group_gemm_contiguous(call)
     else:
         from flashinfer.gemm.kernels import fp8_blockwise
 
-        fp8_blockwise.group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
+        fp8_blockwise.group_gemm_contiguous(call)
 
 
 def _gluon_grouped_takes(a, b) -> bool:
     return _tma_rows(a) and _tma_rows(b)
 
 
-def group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out) -> None:
-    """Masked grouped FP8 GEMM: ``out[g, r] = dequant(a[g])[r] @ dequant(b[g]).T`` for ``r < masked_m[g]``.
-
-    Parameters
-    ----------
-    a : torch.Tensor
-        ``[G, m, k]`` float8_e4m3fn; rows past ``masked_m[g]`` are never read.
-    b : torch.Tensor
-        ``[G, n, k]`` float8_e4m3fn.
-    a_scale : torch.Tensor
-        float32 logical view ``[G, m, ceil(k / 128)]``, any strides.
-    b_scale : torch.Tensor
-        float32 logical view ``[G, ceil(n / 128), ceil(k / 128)]``, any strides.
-    masked_m : torch.Tensor
-        ``[G]`` int32, valid rows per group.
-    expected_m : int
-        Typical ``masked_m`` value: a tuning hint only.
-    out : torch.Tensor
-        ``[G, m, n]`` bf16; rows past ``masked_m[g]`` are left untouched.
-    """
+def group_gemm_masked(call) -> None:
+    """Masked grouped FP8 GEMM (:class:`~._args.GroupedMasked`)."""
+    a, b = call.a, call.b
     if not _has_fp8_mma(a.device):
-        _reference().group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out)
+        _reference.group_gemm_masked(call)
     elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_IN_AUTO):
-        _gluon_blockwise().group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out)
+        _gluon_blockwise().group_gemm_masked(call)
     else:
         from flashinfer.gemm.kernels import fp8_blockwise
 
-        fp8_blockwise.group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out)
+        fp8_blockwise.group_gemm_masked(call)
 
 
-def group_gemm_segments(a, b, a_scale, b_scale, m_indptr, out) -> None:
-    """Grouped FP8 GEMM over row segments: rows ``[m_indptr[g], m_indptr[g + 1])`` use group ``g``.
-
-    Parameters
-    ----------
-    a : torch.Tensor
-        ``[m, k]`` float8 (e4m3 or e5m2), ``stride(-1) == 1``.
-    b : torch.Tensor
-        ``[G, n, k]`` float8, ``stride(-1) == 1``.
-    a_scale : torch.Tensor
-        float32 logical view ``[m, ceil(k / 128)]`` (one scale per row), any strides.
-    b_scale : torch.Tensor
-        float32 logical view ``[G, ceil(n / 128), ceil(k / 128)]``, any strides.
-    m_indptr : torch.Tensor
-        ``[G + 1]`` int32 row offsets (made safe by ``flashinfer.gemm._segments``).
-    out : torch.Tensor
-        ``[m, n]`` bf16/fp16, any strides; rows outside every segment are left untouched.
-    """
-    from ._segments import row_groups
-
-    m_indices = row_groups(m_indptr, a.shape[0])
-    if not _has_fp8_mma(a.device):
-        _reference().group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
+def group_gemm_segments(call) -> None:
+    """Grouped FP8 GEMM over row segments (:class:`~._args.GroupedSegments`): the segments become
+    one group id per row on the device, then the contiguous grouped kernel runs."""
+    rows = contiguous_rows(call)
+    if not _has_fp8_mma(call.a.device):
+        _reference.group_gemm_contiguous(rows)
         return
     from flashinfer.gemm.kernels import fp8_blockwise
 
-    fp8_blockwise.group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
+    fp8_blockwise.group_gemm_contiguous(rows)
 
 
-def quantize_fp8_blocks(x, block_rows, out, scale) -> None:
-    """FP8 E4M3 quantization per ``block_rows x 128`` block (``block_rows`` is 1 or 128).
-
-    Parameters
-    ----------
-    x : torch.Tensor
-        ``[rows, cols]`` bf16/fp16, ``stride(-1) == 1``, ``cols % 128 == 0``.
-    block_rows : int
-        1 (per-row 1x128 blocks, activations) or 128 (128x128 blocks, weights).
-    out : torch.Tensor
-        ``[rows, cols]`` float8_e4m3fn, ``stride(-1) == 1``.
-    scale : torch.Tensor
-        float32 logical view ``[ceil(rows / block_rows), cols / 128]``, any strides: written with
-        the dequantization scales ``amax / 448`` (as ``1 / (448 / amax)`` in float32).
-    """
-    if not _has_fp8_mma(x.device):
-        _reference().quantize_fp8_blocks(x, block_rows, out, scale)
+def quantize_fp8_blocks(call) -> None:
+    """FP8 E4M3 quantization per ``block_rows x 128`` block (:class:`~._args.QuantizeBlocks`)."""
+    if not _has_fp8_mma(call.x.device):
+        _reference.quantize_fp8_blocks(call)
         return
     from flashinfer.gemm.kernels import fp8_quantize
 
-    fp8_quantize.quantize_blocks(x, block_rows, out, scale)
+    fp8_quantize.quantize_blocks(call)

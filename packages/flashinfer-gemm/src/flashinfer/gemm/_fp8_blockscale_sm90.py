@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import torch
 
-from flashinfer._core.checks import fail
+from flashinfer._core.checks import check_no_overlap, fail, require_tensors
 from flashinfer.utils import ceil_div
 
+from ._args import Groupwise, QuantizeBlocks
 from ._dispatch import DISPATCH
-from ._validate import check_out_overlap, check_same_device, check_tensor, out_overlaps
 
 _BLOCK = 128
 _E4M3 = torch.float8_e4m3fn
@@ -23,14 +23,14 @@ _BF16 = torch.bfloat16
 _OUT = (torch.bfloat16, torch.float16)
 
 
-def _check_operands(input, weight) -> tuple:
+def _check_operands(input_shape, weight_shape) -> tuple:
     """Upstream's shape rules, in its order and with its messages; returns ``(M, N, K)``."""
-    if input.ndim != 2:
-        raise ValueError(f"Input must be 2D (M, K), got shape {input.shape}")
-    if weight.ndim != 2:
-        raise ValueError(f"Weight must be 2D (N, K), got shape {weight.shape}")
-    M, K = input.shape
-    N, K_weight = weight.shape
+    if len(input_shape) != 2:
+        raise ValueError(f"Input must be 2D (M, K), got shape {input_shape}")
+    if len(weight_shape) != 2:
+        raise ValueError(f"Weight must be 2D (N, K), got shape {weight_shape}")
+    M, K = input_shape
+    N, K_weight = weight_shape
     if K_weight != K:
         raise ValueError(f"K dimension mismatch: input has K={K}, weight has K={K_weight}")
     if K % _BLOCK != 0:
@@ -49,9 +49,8 @@ def _input_scale_view(input_scale, M: int, kb: int):
     ``M == K/128`` the shape cannot tell: a contiguous tensor is taken as the MN-major storage,
     as upstream's kernel would read it.
     """
-    shape = tuple(input_scale.shape)
-    column_major = input_scale.dim() == 2 and input_scale.stride(0) == 1 and input_scale.stride(1) != 1
-    if shape == (M, kb) and (M != kb or column_major):
+    shape = input_scale.shape
+    if shape == (M, kb) and (M != kb or (input_scale.stride(0) == 1 and input_scale.stride(1) != 1)):
         return input_scale
     if shape == (kb, M):
         return input_scale.t()
@@ -63,52 +62,49 @@ def _input_scale_view(input_scale, M: int, kb: int):
     )
 
 
-def _check_scales(input, weight, input_scale, weight_scale, M, N, K):
+def _check_scales(input_dtype, weight_dtype, input_scale, weight_scale, device, M, N, K):
     """Upstream's dtype-combination and scale rules; returns the logical scale views."""
-    input_is_fp8 = input.dtype == _E4M3
-    weight_is_fp8 = weight.dtype == _E4M3
-    if input_is_fp8 and weight.dtype == _BF16:
+    input_is_fp8 = input_dtype == _E4M3
+    if input_is_fp8 and weight_dtype == _BF16:
         raise ValueError("FP8 input + BF16 weight is not supported (missing kernel implementation). ")
     kb = K // _BLOCK
     if input_is_fp8:
         if input_scale is None:
             raise ValueError("input_scale is required when input is FP8. ")
-        check_tensor(input_scale, "input_scale")
         if input_scale.dtype != torch.float32:
             raise ValueError(f"input_scale must be float32, got {input_scale.dtype}")
-        if input_scale.device != input.device:
-            raise ValueError(
-                f"input_scale device mismatch. Expected {input.device}, got {input_scale.device}"
-            )
+        if input_scale.device != device:
+            raise ValueError(f"input_scale device mismatch. Expected {device}, got {input_scale.device}")
         input_scale = _input_scale_view(input_scale, M, kb)
     else:
-        if input.dtype != _BF16:
+        if input_dtype != _BF16:
             raise ValueError(
-                f"Input must be either FP8 (torch.float8_e4m3fn) or BF16 (torch.bfloat16), got {input.dtype}"
+                f"Input must be either FP8 (torch.float8_e4m3fn) or BF16 (torch.bfloat16), got {input_dtype}"
             )
         if input_scale is not None:
             raise ValueError(
                 "input_scale should not be provided for BF16 inputs. "
                 "Use FP8 inputs if you want to provide external scales."
             )
-    if weight_is_fp8:
+    if weight_dtype == _E4M3:
         if weight_scale is None:
             raise ValueError("weight_scale is required when weight is FP8. ")
-        check_tensor(weight_scale, "weight_scale")
+        shape = weight_scale.shape
         per_token, per_block = (N, kb), (ceil_div(N, _BLOCK), kb)
-        if weight_scale.shape != per_token and weight_scale.shape != per_block:
+        if shape != per_token and shape != per_block:
             raise ValueError(
                 f"weight_scale shape mismatch. Expected either {per_token} "
                 f"(per-token, 1x128 blocks) or {per_block} "
-                f"(per-block, 128x128 blocks), got {weight_scale.shape}"
+                f"(per-block, 128x128 blocks), got {shape}"
             )
         if weight_scale.dtype != torch.float32:
             raise ValueError(f"weight_scale must be float32, got {weight_scale.dtype}")
-        check_same_device(weight_scale, "weight_scale", input.device, "input")
+        if weight_scale.device != device:
+            _wrong_device(weight_scale, "weight_scale", device)
     else:
-        if weight.dtype != _BF16:
+        if weight_dtype != _BF16:
             raise ValueError(
-                f"Weight must be either FP8 (torch.float8_e4m3fn) or BF16 (torch.bfloat16), got {weight.dtype}"
+                f"Weight must be either FP8 (torch.float8_e4m3fn) or BF16 (torch.bfloat16), got {weight_dtype}"
             )
         if weight_scale is not None:
             raise ValueError(
@@ -118,35 +114,27 @@ def _check_scales(input, weight, input_scale, weight_scale, M, N, K):
     return input_scale, weight_scale
 
 
-def _output_dtype(out, out_dtype, M, N, input) -> torch.dtype:
+def _output_dtype(out, out_dtype, M, N, device) -> torch.dtype:
     """Upstream's ``out`` / ``out_dtype`` rules and messages."""
     if out is None:
         dtype = out_dtype or torch.bfloat16
         if dtype not in _OUT:
             raise ValueError(f"Output dtype must be torch.bfloat16 or torch.float16, got {dtype}")
         return dtype
-    check_tensor(out, "out")
     if out.shape != (M, N):
         raise ValueError(f"Output shape mismatch. Expected ({M}, {N}), got {out.shape}")
-    if out.device != input.device:
-        raise ValueError(f"Output device mismatch. Expected {input.device}, got {out.device}")
-    if out.dtype not in _OUT:
-        raise ValueError(f"Output dtype must be torch.bfloat16 or torch.float16, got {out.dtype}")
-    if out_dtype is not None and out.dtype != out_dtype:
-        raise ValueError(f"Output dtype mismatch. Expected {out_dtype}, got {out.dtype}")
-    return out.dtype
+    if out.device != device:
+        raise ValueError(f"Output device mismatch. Expected {device}, got {out.device}")
+    dtype = out.dtype
+    if dtype not in _OUT:
+        raise ValueError(f"Output dtype must be torch.bfloat16 or torch.float16, got {dtype}")
+    if out_dtype is not None and dtype != out_dtype:
+        raise ValueError(f"Output dtype mismatch. Expected {out_dtype}, got {dtype}")
+    return dtype
 
 
-def _check_layout(input, weight, input_scale, weight_scale, out) -> None:
-    """What upstream's kernel assumes without checking: one device, K-major operands, an ``out``
-    that does not share memory with the operands."""
-    check_same_device(weight, "weight", input.device, "input")
-    for arg, x in (("input", input), ("weight", weight)):
-        if x.shape[1] > 1 and x.stride(1) != 1:
-            fail(ValueError, arg, "a K-major tensor (stride 1 along K)", x)
-    # the operands' storages are compared on every call (two pointer reads when they differ)
-    if out is not None and out_overlaps(out, input, weight):
-        check_out_overlap(out, {"input": input, "weight": weight})
+def _wrong_device(x, arg: str, device) -> None:
+    fail(ValueError, arg, f"a tensor on {device} (the device of `input`)", f"a tensor on {x.device}")
 
 
 def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None, out=None, out_dtype=None):
@@ -218,34 +206,48 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
     >>> fp8_blockscale_gemm_sm90(x, w_fp8, None, torch.ones(1, 2)).shape
     torch.Size([4, 128])
     """
-    check_tensor(input, "input")
-    check_tensor(weight, "weight")
-    M, N, K = _check_operands(input, weight)
-    input_scale, weight_scale = _check_scales(input, weight, input_scale, weight_scale, M, N, K)
-    dtype = _output_dtype(out, out_dtype, M, N, input)
-    _check_layout(input, weight, input_scale, weight_scale, out)
-    device = input.device
+    try:
+        M, N, K = _check_operands(input.shape, weight.shape)
+        input_dtype, weight_dtype, device = input.dtype, weight.dtype, input.device
+        input_scale, weight_scale = _check_scales(
+            input_dtype, weight_dtype, input_scale, weight_scale, device, M, N, K
+        )
+        dtype = _output_dtype(out, out_dtype, M, N, device)
+        # what upstream's kernel assumes without checking: one device, K-major operands, an
+        # `out` that does not share memory with the operands
+        if weight.device != device:
+            _wrong_device(weight, "weight", device)
+        for arg, x in (("input", input), ("weight", weight)):
+            if not x.is_contiguous() and x.stride(1) != 1 and x.shape[1] > 1:
+                fail(ValueError, arg, "a K-major tensor (stride 1 along K)", x)
+        if out is not None:
+            check_no_overlap(out, "out", ("input", "weight"), input, weight)
+    except AttributeError:
+        require_tensors(
+            input=input, weight=weight, input_scale=input_scale, weight_scale=weight_scale, out=out
+        )
+        raise
     if out is None:
         out = torch.empty((M, N), dtype=dtype, device=device)
-    if out.numel() == 0:
+    if M == 0 or N == 0:
         return out
     if K == 0:
         return out.zero_()
     impl = DISPATCH.module(device)
     k_blocks = K // _BLOCK
-    if input.dtype == _BF16:
+    if input_dtype == _BF16:
         a = torch.empty((M, K), dtype=_E4M3, device=device)
         # column-major (M, K/128): the layout cuBLASLt's 1x128 scales take without a copy
         input_scale = torch.empty((k_blocks, M), dtype=torch.float32, device=device).t()
-        impl.quantize_fp8_blocks(input, 1, a, input_scale)
+        impl.quantize_fp8_blocks(QuantizeBlocks(input, 1, a, input_scale))
     else:
         a = input
-    if weight.dtype == _BF16:
+    if weight_dtype == _BF16:
         b = torch.empty((N, K), dtype=_E4M3, device=device)
         weight_scale = torch.empty((ceil_div(N, _BLOCK), k_blocks), dtype=torch.float32, device=device)
-        impl.quantize_fp8_blocks(weight, _BLOCK, b, weight_scale)
+        impl.quantize_fp8_blocks(QuantizeBlocks(weight, _BLOCK, b, weight_scale))
     else:
         b = weight
     block_n = 1 if weight_scale.shape[0] == N else _BLOCK  # N >= 64 tells the two shapes apart
-    impl.gemm_groupwise(a, b, input_scale, weight_scale, 1, block_n, _BLOCK, out)
+    impl.gemm_groupwise(Groupwise(a, b, input_scale, weight_scale, False, False, 1, block_n, _BLOCK, out))
     return out

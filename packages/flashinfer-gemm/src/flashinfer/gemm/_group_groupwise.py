@@ -5,114 +5,20 @@ from __future__ import annotations
 import torch
 
 from flashinfer._core.backends import gated
-from flashinfer._core.checks import fail
+from flashinfer._core.checks import check_no_overlap, fail, require_tensors
 from flashinfer.utils import ceil_div
 
+from ._args import GroupedSegments
 from ._backends import GROUP_GEMM_FP8_NT_GROUPWISE
 from ._dispatch import DISPATCH
 from ._segments import row_block_scales, rows_in_segments
-from ._validate import FP8, check_out_overlap, check_same_device, check_tensor, out_overlaps
 
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+_FLOAT32 = torch.float32
 _OUT_16BIT = (torch.bfloat16, torch.float16)
 _GRANULARITIES = ((1, 128, 128), (128, 128, 128))
-
-
-def _check_upstream_rules(a, b, a_scale, b_scale, m_indptr, scale_major_mode, mma_sm, out, out_dtype):
-    """FlashInfer's own checks, in its order and with its messages; returns the output dtype."""
-    if a.dtype not in FP8:
-        raise ValueError(f"a must be a float8 tensor, but got {a.dtype}")
-    if b.dtype not in FP8:
-        raise ValueError(f"b must be a float8 tensor, but got {b.dtype}")
-    if a_scale.dtype != torch.float32:
-        raise ValueError(f"a_scale must be a float32 tensor, but got {a_scale.dtype}")
-    if b_scale.dtype != torch.float32:
-        raise ValueError(f"b_scale must be a float32 tensor, but got {b_scale.dtype}")
-    if m_indptr.dtype != torch.int32:
-        raise ValueError(f"m_indptr must be a int32 tensor, but got {m_indptr.dtype}")
-    if scale_major_mode not in ("MN", "K"):
-        raise ValueError(f"scale_major_mode must be either 'MN' or 'K', but got {scale_major_mode}")
-    if mma_sm not in (1, 2):
-        raise ValueError(f"mma_sm must be either 1 or 2, but got {mma_sm}")
-    # upstream reads b.shape[1:] and a.shape[1] next: the ranks are ours to check first
-    ranks = (("a", a, 2, "(cum_m, k)"), ("b", b, 3, "(G, n, k)"), ("m_indptr", m_indptr, 1, "(G + 1,)"))
-    for arg, x, rank, layout in ranks:
-        if x.dim() != rank:
-            fail(ValueError, arg, f"a {rank}-D tensor {layout} (shape mismatch)", x)
-    n, k = b.shape[1], b.shape[2]
-    if out is None:
-        dtype = torch.bfloat16 if out_dtype is None else out_dtype
-    else:
-        check_tensor(out, "out")
-        dtype = out.dtype if out_dtype is None else out_dtype
-        if out.shape != (a.shape[0], n):
-            raise ValueError(f"Shape mismatch. out.shape = {out.shape}, (a.shape[0], n) = {(a.shape[0], n)}")
-        if out.dtype != dtype:
-            raise ValueError(f"dtype mismatch. out.dtype = {out.dtype}, out_dtype = {dtype}")
-    if dtype not in _OUT_16BIT:
-        raise ValueError(
-            f"Unsupported output dtype: {dtype}. "
-            f"Only torch.bfloat16 and torch.float16 are supported for FP8 GEMM operations."
-        )
-    if a.shape[1] != k:
-        raise ValueError(f"Shape mismatch. a.shape[1] = {a.shape[1]}, k = {k}")
-    if n % 8 != 0:
-        raise ValueError(f"n must be a multiple of 8, but got {n}")
-    if k % 16 != 0:
-        raise ValueError(f"k must be a multiple of 16, but got {k}")
-    return dtype
-
-
-def _check_backend_rules(backend, scale_major_mode, granularity) -> None:
-    GROUP_GEMM_FP8_NT_GROUPWISE.check(backend)
-    if granularity not in _GRANULARITIES:
-        fail(ValueError, "scale_granularity_mnk", "(1, 128, 128) or (128, 128, 128)", granularity)
-    if backend == "cutile":  # upstream's cuTile kernel raises these (NotImplementedError)
-        if scale_major_mode != "K":
-            raise NotImplementedError(
-                f"cuTile gemm_fp8_nt_groupwise only supports scale_major_mode='K' in v1; "
-                f"got {scale_major_mode!r}. MN-major scale support is a follow-up."
-            )
-        if granularity[0] != 1:
-            raise NotImplementedError(
-                f"cuTile gemm_fp8_nt_groupwise requires scale_granularity_mnk[0] == 1 "
-                f"(per-token-group on M); got {granularity[0]}."
-            )
-
-
-def _check_layout(a, b, a_scale, b_scale, m_indptr, out, scale_major_mode, granularity) -> None:
-    """What upstream leaves to its kernels (silently wrong there): devices, strides, scale shapes."""
-    device = a.device
-    for arg, x in (("b", b), ("a_scale", a_scale), ("b_scale", b_scale), ("m_indptr", m_indptr)):
-        check_same_device(x, arg, device, "a")
-    for arg, x in (("a", a), ("b", b)):
-        if x.shape[-1] > 1 and x.stride(-1) != 1:
-            fail(ValueError, arg, "a K-major tensor (stride 1 along k)", x)
-    groups, n, k = b.shape
-    if m_indptr.shape[0] != groups + 1:
-        fail(
-            ValueError, "m_indptr", f"shape ({groups + 1},) (one offset per group of `b`, plus one)", m_indptr
-        )
-    gm, gn, gk = granularity
-    mb, nb, kb = ceil_div(a.shape[0], gm), ceil_div(n, gn), ceil_div(k, gk)
-    a_shape, b_shape = (
-        ((mb, kb), (groups, nb, kb)) if scale_major_mode == "K" else ((kb, mb), (groups, kb, nb))
-    )
-    for arg, scale, shape in (("a_scale", a_scale, a_shape), ("b_scale", b_scale, b_shape)):
-        if tuple(scale.shape) != shape:
-            fail(ValueError, arg, f"shape {shape} (scale_major_mode={scale_major_mode!r})", scale)
-    if out is not None:
-        check_same_device(out, "out", device, "a")
-        if out_overlaps(out, a, b):  # the operands' storages: two pointer reads when they differ
-            check_out_overlap(out, {"a": a, "b": b})
-
-
-def _scale_views(a_scale, b_scale, m_indptr, m, scale_major_mode, block_m):
-    """Per-row A scales ``[m, kb]`` and logical B scales ``[G, nb, kb]`` (views unless block_m > 1)."""
-    if scale_major_mode == "MN":
-        a_scale, b_scale = a_scale.t(), b_scale.transpose(1, 2)
-    if block_m != 1:  # a copy of m x kb floats: upstream's per-group 128-row scale blocks, per row
-        a_scale = row_block_scales(a_scale, m_indptr, m, block_m)
-    return a_scale, b_scale
+_NAMES = frozenset(GROUP_GEMM_FP8_NT_GROUPWISE.names)
+_RANKS = (("a", 2, "(cum_m, k)"), ("b", 3, "(G, n, k)"), ("m_indptr", 1, "(G + 1,)"))
 
 
 @gated(GROUP_GEMM_FP8_NT_GROUPWISE)
@@ -213,30 +119,120 @@ def group_gemm_fp8_nt_groupwise(
     torch.Size([12, 128])
     """
     granularity = tuple(scale_granularity_mnk)
-    if skip_check:
-        dtype = out.dtype if out is not None else (out_dtype or torch.bfloat16)
-    else:
-        for arg, x in (
-            ("a", a),
-            ("b", b),
-            ("a_scale", a_scale),
-            ("b_scale", b_scale),
-            ("m_indptr", m_indptr),
-        ):
-            check_tensor(x, arg)
-        dtype = _check_upstream_rules(
-            a, b, a_scale, b_scale, m_indptr, scale_major_mode, mma_sm, out, out_dtype
-        )
-        _check_backend_rules(backend, scale_major_mode, granularity)
-        _check_layout(a, b, a_scale, b_scale, m_indptr, out, scale_major_mode, granularity)
-    m, k = a.shape
-    groups, n = b.shape[0], b.shape[1]
+    try:
+        a_shape, b_shape, device = a.shape, b.shape, a.device
+        if skip_check:
+            dtype = out.dtype if out is not None else (out_dtype or torch.bfloat16)
+        else:  # every rule once, each attribute read once (the reads are the cost)
+            dtype = _check_upstream_rules(
+                a, b, a_scale, b_scale, m_indptr, scale_major_mode, mma_sm, out, out_dtype, a_shape, b_shape
+            )
+            if backend not in _NAMES:
+                GROUP_GEMM_FP8_NT_GROUPWISE.check(backend)
+            if granularity not in _GRANULARITIES:
+                expected = "(1, 128, 128) or (128, 128, 128)"
+                fail(ValueError, "scale_granularity_mnk", expected, str(granularity))
+            if backend in GROUP_GEMM_FP8_NT_GROUPWISE.rules:
+                GROUP_GEMM_FP8_NT_GROUPWISE.enforce(backend, scale_major_mode, granularity)
+            # what upstream leaves to its kernels (silently wrong there): devices, strides, shapes
+            for arg, x in (("b", b), ("a_scale", a_scale), ("b_scale", b_scale), ("m_indptr", m_indptr)):
+                if x.device != device:
+                    fail(
+                        ValueError,
+                        arg,
+                        f"a tensor on {device} (the device of `a`)",
+                        f"a tensor on {x.device}",
+                    )
+            for arg, x in (("a", a), ("b", b)):
+                if not x.is_contiguous() and x.stride(-1) != 1 and x.shape[-1] > 1:
+                    fail(ValueError, arg, "a K-major tensor (stride 1 along k)", x)
+            groups, n, k = b_shape
+            if m_indptr.shape[0] != groups + 1:
+                expected = f"shape ({groups + 1},) (one offset per group of `b`, plus one)"
+                fail(ValueError, "m_indptr", expected, m_indptr)
+            gm, gn, gk = granularity
+            mb, nb, kb = ceil_div(a_shape[0], gm), ceil_div(n, gn), ceil_div(k, gk)
+            if scale_major_mode == "K":
+                a_blocks, b_blocks = (mb, kb), (groups, nb, kb)
+            else:
+                a_blocks, b_blocks = (kb, mb), (groups, kb, nb)
+            for arg, scale, shape in (("a_scale", a_scale, a_blocks), ("b_scale", b_scale, b_blocks)):
+                if scale.shape != shape:
+                    fail(ValueError, arg, f"shape {shape} (scale_major_mode={scale_major_mode!r})", scale)
+            if out is not None:
+                if out.device != device:
+                    fail(
+                        ValueError,
+                        "out",
+                        f"a tensor on {device} (the device of `a`)",
+                        f"a tensor on {out.device}",
+                    )
+                check_no_overlap(out, "out", ("a", "b"), a, b)
+        m, k = a_shape
+        groups, n = b_shape[0], b_shape[1]
+    except AttributeError:
+        require_tensors(a=a, b=b, a_scale=a_scale, b_scale=b_scale, m_indptr=m_indptr, out=out)
+        raise
     if out is None:
-        out = torch.empty((m, n), dtype=dtype, device=a.device)
-    if out.numel() == 0 or groups == 0:
+        out = torch.empty((m, n), dtype=dtype, device=device)
+    if m == 0 or n == 0 or groups == 0:
         return out
     if k == 0:
         return out.masked_fill_(rows_in_segments(m_indptr, m).unsqueeze(1), 0)
     a_view, b_view = _scale_views(a_scale, b_scale, m_indptr, m, scale_major_mode, granularity[0])
-    DISPATCH.module(a.device).group_gemm_segments(a, b, a_view, b_view, m_indptr, out)
+    DISPATCH.module(device).group_gemm_segments(GroupedSegments(a, b, a_view, b_view, m_indptr, out))
     return out
+
+
+def _check_upstream_rules(
+    a, b, a_scale, b_scale, m_indptr, scale_major_mode, mma_sm, out, out_dtype, a_shape, b_shape
+):
+    """FlashInfer's own checks, in its order and with its messages; returns the output dtype."""
+    if a.dtype not in _FP8:
+        raise ValueError(f"a must be a float8 tensor, but got {a.dtype}")
+    if b.dtype not in _FP8:
+        raise ValueError(f"b must be a float8 tensor, but got {b.dtype}")
+    if a_scale.dtype != _FLOAT32:
+        raise ValueError(f"a_scale must be a float32 tensor, but got {a_scale.dtype}")
+    if b_scale.dtype != _FLOAT32:
+        raise ValueError(f"b_scale must be a float32 tensor, but got {b_scale.dtype}")
+    if m_indptr.dtype != torch.int32:
+        raise ValueError(f"m_indptr must be a int32 tensor, but got {m_indptr.dtype}")
+    if scale_major_mode not in ("MN", "K"):
+        raise ValueError(f"scale_major_mode must be either 'MN' or 'K', but got {scale_major_mode}")
+    if mma_sm not in (1, 2):
+        raise ValueError(f"mma_sm must be either 1 or 2, but got {mma_sm}")
+    # upstream reads b.shape[1:] and a.shape[1] next: the ranks are ours to check first
+    for (arg, rank, layout), shape, x in zip(_RANKS, (a_shape, b_shape, None), (a, b, m_indptr)):
+        if len(shape if shape is not None else x.shape) != rank:
+            fail(ValueError, arg, f"a {rank}-D tensor {layout} (shape mismatch)", x)
+    n, k = b_shape[1], b_shape[2]
+    if out is None:
+        dtype = torch.bfloat16 if out_dtype is None else out_dtype
+    else:
+        dtype = out.dtype if out_dtype is None else out_dtype
+        if out.shape != (a_shape[0], n):
+            raise ValueError(f"Shape mismatch. out.shape = {out.shape}, (a.shape[0], n) = {(a_shape[0], n)}")
+        if out.dtype != dtype:
+            raise ValueError(f"dtype mismatch. out.dtype = {out.dtype}, out_dtype = {dtype}")
+    if dtype not in _OUT_16BIT:
+        raise ValueError(
+            f"Unsupported output dtype: {dtype}. "
+            f"Only torch.bfloat16 and torch.float16 are supported for FP8 GEMM operations."
+        )
+    if a_shape[1] != k:
+        raise ValueError(f"Shape mismatch. a.shape[1] = {a_shape[1]}, k = {k}")
+    if n % 8 != 0:
+        raise ValueError(f"n must be a multiple of 8, but got {n}")
+    if k % 16 != 0:
+        raise ValueError(f"k must be a multiple of 16, but got {k}")
+    return dtype
+
+
+def _scale_views(a_scale, b_scale, m_indptr, m, scale_major_mode, block_m):
+    """Per-row A scales ``[m, kb]`` and logical B scales ``[G, nb, kb]`` (views unless block_m > 1)."""
+    if scale_major_mode == "MN":
+        a_scale, b_scale = a_scale.t(), b_scale.transpose(1, 2)
+    if block_m != 1:  # a copy of m x kb floats: upstream's per-group 128-row scale blocks, per row
+        a_scale = row_block_scales(a_scale, m_indptr, m, block_m)
+    return a_scale, b_scale

@@ -7,58 +7,72 @@ import operator
 import torch
 
 from flashinfer._core.backends import gated
-from flashinfer._core.checks import fail
+from flashinfer._core.checks import check_no_overlap, describe, fail, require_tensors
 from flashinfer.utils import ceil_div
 
+from ._args import GroupedContiguous, GroupedMasked
 from ._backends import BATCH_DEEPGEMM_FP8_NT_GROUPWISE, GROUP_DEEPGEMM_FP8_NT_GROUPWISE
 from ._dispatch import DISPATCH
-from ._validate import E4M3, check_out_overlap, check_same_device, check_scale, check_tensor
 
 _BLOCK = 128
+_E4M3 = torch.float8_e4m3fn
+_FLOAT32 = torch.float32
 _INT32 = torch.int32
+_GRANULARITY = (1, _BLOCK, _BLOCK)
 
 
-def _check_k_major(x, arg: str, what: str) -> None:
-    if x.shape[-1] > 1 and x.stride(-1) != 1:
-        fail(ValueError, arg, f"a tensor with unit stride in its last dimension ({what})", x)
-
-
-def _check_common(a, b, a_scale, b_scale, index, index_arg, granularity, out, out_dtype):
-    """Checks shared by both layouts; returns the output dtype."""
-    for arg, x in (("a", a), ("b", b), (index_arg, index)):
-        check_tensor(x, arg)
-    if out is not None:
-        check_tensor(out, "out")
+def _check_common(
+    a, b, a_shape, b_shape, a_scale, b_scale, index, index_arg, granularity, out, dtype
+) -> None:
+    """The rules both layouts share (operand dtypes and majorness, index, scales, output)."""
     device = a.device
-    check_same_device(b, "b", device, "a")
-    check_same_device(index, index_arg, device, "a")
-    if a.dtype != E4M3:
+    if b.device != device or index.device != device or a_scale.device != device or b_scale.device != device:
+        arg, x = next(
+            (arg, x)
+            for arg, x in (("b", b), (index_arg, index), ("a_scale", a_scale), ("b_scale", b_scale))
+            if x.device != device
+        )
+        fail(ValueError, arg, f"a tensor on {device} (the device of `a`)", f"a tensor on {x.device}")
+    if a.dtype != _E4M3:
         fail(ValueError, "a", "dtype torch.float8_e4m3fn (a must be float8_e4m3fn)", f"dtype {a.dtype}")
-    if b.dtype != E4M3:
+    if b.dtype != _E4M3:
         fail(ValueError, "b", "dtype torch.float8_e4m3fn (b must be float8_e4m3fn)", f"dtype {b.dtype}")
     if index.dtype != _INT32:
         fail(ValueError, index_arg, f"dtype torch.int32 ({index_arg} must be int32)", f"dtype {index.dtype}")
     if index.dim() != 1 or not index.is_contiguous():
         fail(ValueError, index_arg, f"a contiguous 1-D tensor ({index_arg} must be contiguous)", index)
-    _check_k_major(a, "a", "major_a must be KMajor")
-    _check_k_major(b, "b", "major_b must be KMajor")
-    if granularity != (1, _BLOCK, _BLOCK):
-        fail(ValueError, "scale_granularity_mnk", "(1, 128, 128)", granularity)
-    check_scale(a_scale, "a_scale", device, "a")
-    check_scale(b_scale, "b_scale", device, "a")
-    dtype = out.dtype if out is not None else (out_dtype or torch.bfloat16)
-    if dtype != torch.bfloat16:
+    if a_shape[-1] > 1 and not (a.is_contiguous() or a.stride()[-1] == 1):
+        fail(ValueError, "a", "a tensor with unit stride in its last dimension (major_a must be KMajor)", a)
+    if b_shape[-1] > 1 and not (b.is_contiguous() or b.stride()[-1] == 1):
+        fail(ValueError, "b", "a tensor with unit stride in its last dimension (major_b must be KMajor)", b)
+    if granularity != _GRANULARITY:
+        fail(ValueError, "scale_granularity_mnk", "(1, 128, 128)", str(granularity))
+    if a_scale.dtype != _FLOAT32:
         fail(
             ValueError,
-            "out" if out is not None else "out_dtype",
-            "torch.bfloat16 (d must be bfloat16)",
-            dtype,
+            "a_scale",
+            "dtype torch.float32 (dequantization multipliers)",
+            f"dtype {a_scale.dtype}",
         )
+    if b_scale.dtype != _FLOAT32:
+        fail(
+            ValueError,
+            "b_scale",
+            "dtype torch.float32 (dequantization multipliers)",
+            f"dtype {b_scale.dtype}",
+        )
+    if dtype != torch.bfloat16:
+        arg = "out" if out is not None else "out_dtype"
+        fail(ValueError, arg, "torch.bfloat16 (d must be bfloat16)", describe(dtype))
     if out is not None:
-        check_same_device(out, "out", device, "a")
-        _check_k_major(out, "out", "d must be N-major")
-        check_out_overlap(out, {"a": a, "b": b, "a_scale": a_scale, "b_scale": b_scale, index_arg: index})
-    return dtype
+        if out.device != device:
+            fail(ValueError, "out", f"a tensor on {device} (the device of `a`)", f"a tensor on {out.device}")
+        if out.shape[-1] > 1 and not (out.is_contiguous() or out.stride()[-1] == 1):
+            fail(
+                ValueError, "out", "a tensor with unit stride in its last dimension (d must be N-major)", out
+            )
+        names = ("a", "b", "a_scale", "b_scale", index_arg)
+        check_no_overlap(out, "out", names, a, b, a_scale, b_scale, index)
 
 
 def _check_scale_shape(scale, arg: str, shape: tuple) -> None:
@@ -141,38 +155,47 @@ def group_deepgemm_fp8_nt_groupwise(
     >>> out.shape
     torch.Size([256, 128])
     """
-    granularity = tuple(scale_granularity_mnk)
-    if not skip_check:
-        dtype = _check_common(a, b, a_scale, b_scale, m_indices, "m_indices", granularity, out, out_dtype)
-        if a.dim() != 2 or b.dim() != 3 or b.shape[2] != a.shape[1] or m_indices.shape[0] != a.shape[0]:
-            fail(
-                ValueError,
-                "b" if a.dim() == 2 else "a",
-                "a (m, k), b (G, n, k), m_indices (m,) (shape mismatch)",
-                f"a {tuple(a.shape)}, b {tuple(b.shape)}, m_indices {tuple(m_indices.shape)}",
-            )
-        m, k = a.shape
-        groups, n = b.shape[0], b.shape[1]
-        if out is not None and out.shape != (m, n):
-            fail(
-                ValueError,
-                "out",
-                f"shape {(m, n)} (shape mismatch. m = {m}, n = {n})",
-                f"shape {tuple(out.shape)}",
-            )
-        _check_scale_shape(a_scale, "a_scale", (m, ceil_div(k, _BLOCK)))
-        _check_scale_shape(b_scale, "b_scale", (groups, ceil_div(n, _BLOCK), ceil_div(k, _BLOCK)))
-    else:
+    try:
+        a_shape, b_shape = a.shape, b.shape
         dtype = out.dtype if out is not None else (out_dtype or torch.bfloat16)
-    m, k = a.shape
+        if not skip_check:
+            granularity = tuple(scale_granularity_mnk)
+            if (
+                len(a_shape) != 2
+                or len(b_shape) != 3
+                or b_shape[2] != a_shape[1]
+                or m_indices.shape[0] != a_shape[0]
+            ):
+                expected = "a (m, k), b (G, n, k), m_indices (m,) (shape mismatch)"
+                got = f"a {tuple(a_shape)}, b {tuple(b_shape)}, m_indices {tuple(m_indices.shape)}"
+                fail(ValueError, "b" if len(a_shape) == 2 else "a", expected, got)
+            _check_common(
+                a, b, a_shape, b_shape, a_scale, b_scale, m_indices, "m_indices", granularity, out, dtype
+            )
+            (m, k), (groups, n) = a_shape, b_shape[:2]
+            if out is not None and out.shape != (m, n):
+                expected = f"shape {(m, n)} (shape mismatch. m = {m}, n = {n})"
+                fail(ValueError, "out", expected, f"shape {tuple(out.shape)}")
+            kb = ceil_div(k, _BLOCK)
+            _check_scale_shape(a_scale, "a_scale", (m, kb))
+            _check_scale_shape(b_scale, "b_scale", (groups, ceil_div(n, _BLOCK), kb))
+    except AttributeError:
+        require_tensors(a=a, b=b, a_scale=a_scale, b_scale=b_scale, m_indices=m_indices, out=out)
+        raise
+    m, k = a_shape
     if out is None:
-        out = torch.empty((m, b.shape[1]), dtype=dtype, device=a.device)
-    if out.numel() == 0:
+        out = torch.empty((m, b_shape[1]), dtype=dtype, device=a.device)
+    if m == 0 or b_shape[1] == 0:
         return out
+    if k == 0:
+        valid = (m_indices >= 0) & (m_indices < b_shape[0])
+        return out.masked_fill_(valid.unsqueeze(1), 0)
+    DISPATCH.module(a.device).group_gemm_contiguous(GroupedContiguous(a, b, a_scale, b_scale, m_indices, out))
+    return out
     if k == 0:
         valid = (m_indices >= 0) & (m_indices < b.shape[0])
         return out.masked_fill_(valid.unsqueeze(1), 0)
-    DISPATCH.module(a.device).group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out)
+    DISPATCH.module(a.device).group_gemm_contiguous(GroupedContiguous(a, b, a_scale, b_scale, m_indices, out))
     return out
 
 
@@ -248,50 +271,45 @@ def batch_deepgemm_fp8_nt_groupwise(
     >>> bool(out[0, 10:].eq(0).all())
     True
     """
-    granularity = tuple(scale_granularity_mnk)
-    if not skip_check:
-        dtype = _check_common(a, b, a_scale, b_scale, masked_m, "masked_m", granularity, out, out_dtype)
-        if a.dim() != 3 or b.dim() != 3:
-            fail(
-                ValueError,
-                "a" if a.dim() != 3 else "b",
-                "a 3-D tensor (G, rows, k)",
-                a if a.dim() != 3 else b,
-            )
-        groups, m, k = a.shape
-        n = b.shape[1]
-        if (
-            b.shape[0] != groups
-            or masked_m.shape[0] != groups
-            or (out is not None and out.shape[0] != groups)
-        ):
-            fail(
-                ValueError,
-                "b",
-                f"{groups} groups in b, masked_m and out (num_groups mismatch)",
-                f"b {tuple(b.shape)}, masked_m {tuple(masked_m.shape)}",
-            )
-        if b.shape[2] != k or (out is not None and out.shape != (groups, m, n)):
-            got = f"b {tuple(b.shape)}" + ("" if out is None else f", out {tuple(out.shape)}")
-            fail(
-                ValueError,
-                "b" if b.shape[2] != k else "out",
-                f"b ({groups}, n, {k}) and out ({groups}, {m}, n) (m, n, k mismatch)",
-                got,
-            )
-        expected_m = operator.index(expected_m)
-        if min(expected_m, m, n, k, groups) <= 0:
-            fail(
-                ValueError,
-                "expected_m",
-                "expected_m, m, n, k, num_groups all greater than 0",
-                f"expected_m={expected_m}, m={m}, n={n}, k={k}, num_groups={groups}",
-            )
-        _check_scale_shape(a_scale, "a_scale", (groups, m, ceil_div(k, _BLOCK)))
-        _check_scale_shape(b_scale, "b_scale", (groups, ceil_div(n, _BLOCK), ceil_div(k, _BLOCK)))
-    else:
+    try:
+        a_shape, b_shape = a.shape, b.shape
         dtype = out.dtype if out is not None else (out_dtype or torch.bfloat16)
+        if not skip_check:
+            granularity = tuple(scale_granularity_mnk)
+            if len(a_shape) != 3 or len(b_shape) != 3:
+                arg, x = ("a", a) if len(a_shape) != 3 else ("b", b)
+                fail(ValueError, arg, "a 3-D tensor (G, rows, k)", x)
+            _check_common(
+                a, b, a_shape, b_shape, a_scale, b_scale, masked_m, "masked_m", granularity, out, dtype
+            )
+            groups, m, k = a_shape
+            n = b_shape[1]
+            out_shape = None if out is None else out.shape
+            if (
+                b_shape[0] != groups
+                or masked_m.shape[0] != groups
+                or (out is not None and out_shape[0] != groups)
+            ):
+                expected = f"{groups} groups in b, masked_m and out (num_groups mismatch)"
+                fail(ValueError, "b", expected, f"b {tuple(b_shape)}, masked_m {tuple(masked_m.shape)}")
+            if b_shape[2] != k or (out is not None and out_shape != (groups, m, n)):
+                got = f"b {tuple(b_shape)}" + ("" if out is None else f", out {tuple(out_shape)}")
+                expected = f"b ({groups}, n, {k}) and out ({groups}, {m}, n) (m, n, k mismatch)"
+                fail(ValueError, "b" if b_shape[2] != k else "out", expected, got)
+            expected_m = operator.index(expected_m)
+            if expected_m <= 0 or m <= 0 or n <= 0 or k <= 0 or groups <= 0:
+                expected = "expected_m, m, n, k, num_groups all greater than 0"
+                got = f"expected_m={expected_m}, m={m}, n={n}, k={k}, num_groups={groups}"
+                fail(ValueError, "expected_m", expected, got)
+            kb = ceil_div(k, _BLOCK)
+            _check_scale_shape(a_scale, "a_scale", (groups, m, kb))
+            _check_scale_shape(b_scale, "b_scale", (groups, ceil_div(n, _BLOCK), kb))
+    except AttributeError:
+        require_tensors(a=a, b=b, a_scale=a_scale, b_scale=b_scale, masked_m=masked_m, out=out)
+        raise
     if out is None:
-        out = torch.empty((a.shape[0], a.shape[1], b.shape[1]), dtype=dtype, device=a.device)
-    DISPATCH.module(a.device).group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out)
+        out = torch.empty((a_shape[0], a_shape[1], b_shape[1]), dtype=dtype, device=a.device)
+    DISPATCH.module(a.device).group_gemm_masked(
+        GroupedMasked(a, b, a_scale, b_scale, masked_m, expected_m, out)
+    )
     return out

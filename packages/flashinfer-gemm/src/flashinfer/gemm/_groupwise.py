@@ -5,224 +5,48 @@ from __future__ import annotations
 import torch
 
 from flashinfer._core.backends import gated
-from flashinfer._core.checks import fail
+from flashinfer._core.checks import check_no_overlap, describe, fail, require_tensors
 from flashinfer._core.constants import E4M3_MAX, OUTPUT_SCALE_BLOCK, OUTPUT_SCALE_FLOOR
-from flashinfer._core.errors import BackendSupportedError
 from flashinfer.utils import ceil_div
 
+from ._args import Groupwise
 from ._backends import GEMM_FP8_NT_GROUPWISE
 from ._dispatch import DISPATCH
-from ._validate import (
-    E4M3,
-    FLOAT32,
-    check_fp8,
-    check_out_overlap,
-    check_same_device,
-    check_scale,
-    check_tensor,
-    out_overlaps,
-)
 
+_E4M3 = torch.float8_e4m3fn
+_FLOAT32 = torch.float32
 _OUT_16BIT = (torch.bfloat16, torch.float16)
 # (gm, gn, gk) that upstream's kernels run: per-row or 128-row A blocks, 128x128 B blocks.
 _GRANULARITIES = ((1, 128, 128), (128, 128, 128))
-_TRTLLM_MIN_K = 256
-
-
-def _check_operands(a, b) -> None:
-    check_tensor(a, "a")
-    check_tensor(b, "b")
-    if a.dim() != 2 or b.dim() != 2:
-        arg, x = ("a", a) if a.dim() != 2 else ("b", b)
-        fail(
-            ValueError,
-            arg,
-            f"a 2-D tensor (shape mismatch. a.shape = {tuple(a.shape)}, b.shape = {tuple(b.shape)})",
-            x,
-        )
-    if a.shape[1] != b.shape[1]:
-        fail(
-            ValueError,
-            "b",
-            f"shape (n, {a.shape[1]}) (shape mismatch. a.shape[1] = {a.shape[1]})",
-            f"shape {tuple(b.shape)}",
-        )
-    check_same_device(b, "b", a.device, "a")
-    check_fp8(a, "a", (E4M3,))
-    check_fp8(b, "b", (E4M3,))
-    for arg, x in (("a", a), ("b", b)):
-        if x.shape[1] > 1 and x.stride(1) != 1:
-            fail(ValueError, arg, "a K-major tensor (stride 1 along k)", x)
-
-
-def _output_dtype(out, out_dtype, output_scale) -> torch.dtype:
-    """The output dtype: ``out``'s wins over ``out_dtype``; ``output_scale`` means FP8 E4M3."""
-    if out is not None:
-        return getattr(out, "dtype", None)  # a non-tensor `out` is reported by the checks
-    if out_dtype is not None:
-        return out_dtype
-    return torch.bfloat16 if output_scale is None else E4M3
-
-
-def _check_output(out, out_dtype, output_scale, dtype, a, b, a_scale, b_scale) -> None:
-    m, n, device = a.shape[0], b.shape[0], a.device
-    if out is not None:
-        check_tensor(out, "out")
-    arg = "out" if out is not None else "out_dtype"
-    if output_scale is None:
-        if dtype not in _OUT_16BIT:
-            fail(ValueError, arg, "torch.bfloat16 or torch.float16 (unsupported output dtype)", dtype)
-    else:
-        if dtype != E4M3:
-            fail(
-                ValueError, arg, "torch.float8_e4m3fn (the output dtype when `output_scale` is given)", dtype
-            )
-        check_scale(output_scale, "output_scale", device, "a")
-        shape = (m, ceil_div(n, OUTPUT_SCALE_BLOCK))
-        if output_scale.shape != shape or not output_scale.is_contiguous():
-            fail(ValueError, "output_scale", f"a contiguous tensor of shape {shape}", output_scale)
-    if out is not None:
-        if out.shape != (m, n):
-            fail(ValueError, "out", f"shape {(m, n)} (output shape mismatch)", f"shape {tuple(out.shape)}")
-        check_same_device(out, "out", device, "a")
-        inputs = {"a": a, "b": b, "a_scale": a_scale, "b_scale": b_scale, "output_scale": output_scale}
-        check_out_overlap(out, inputs)
-
-
-def _check_backend_rules(backend, scale_major_mode, granularity, k, output_scale) -> None:
-    GEMM_FP8_NT_GROUPWISE.check(backend)
-    if scale_major_mode not in (None, "K", "MN"):
-        fail(ValueError, "scale_major_mode", "'K', 'MN' or None", scale_major_mode)
-    if granularity not in _GRANULARITIES:
-        fail(ValueError, "scale_granularity_mnk", "(1, 128, 128) or (128, 128, 128)", granularity)
-    if backend == "mubin" and output_scale is None:
-        raise BackendSupportedError(
-            "gemm_fp8_nt_groupwise backend 'mubin' writes FP8 E4M3 output and needs `output_scale`; "
-            "got output_scale=None (use backend='auto' or 'mudnn' for bf16/fp16 output)"
-        )
-    if backend == "cutlass" and scale_major_mode is None:
-        fail(ValueError, "scale_major_mode", "'K' or 'MN' (scale_major_mode is required in CUTLASS)", None)
-    if backend == "trtllm":
-        if granularity != (1, 128, 128):
-            fail(
-                ValueError,
-                "scale_granularity_mnk",
-                "(1, 128, 128) (scale_granularity_mnk must be (1, 128, 128) in TRTLLM)",
-                granularity,
-            )
-        if k < _TRTLLM_MIN_K:
-            fail(
-                ValueError,
-                "a",
-                f"a.shape[1] >= {_TRTLLM_MIN_K} (a.shape[1] must be >= 256 in TRTLLM)",
-                f"a.shape[1] = {k}",
-            )
-    if backend == "cutile":
-        if scale_major_mode == "MN":
-            fail(
-                ValueError,
-                "scale_major_mode",
-                "'K' or None (cutile supports scale_major_mode='K' only)",
-                scale_major_mode,
-            )
-        if granularity != (1, 128, 128):
-            fail(
-                ValueError,
-                "scale_granularity_mnk",
-                "(1, 128, 128) (cutile supports scale_granularity_mnk=(1, 128, 128) only)",
-                granularity,
-            )
-
-
-def _blocks_view(scale, arg: str, blocks: int, kb: int, mode: str):
-    """The logical ``(blocks, kb)`` view of a scale stored K-major ``(blocks, kb)`` or MN-major ``(kb, blocks)``."""
-    if mode == "K" and scale.shape == (blocks, kb):
-        return scale
-    if mode == "MN" and scale.shape == (kb, blocks):
-        return scale.t()
-    expected = (blocks, kb) if mode == "K" else (kb, blocks)
-    fail(ValueError, arg, f"shape {expected} (scale_major_mode={mode!r})", f"shape {tuple(scale.shape)}")
-
-
-def _trtllm_a_view(a_scale, m: int, kb: int):
-    """trtllm's a_scale is MN-major in memory: element (i, kb) at offset ``kb * m + i``.
-
-    A contiguous ``(kb, m)`` tensor and its ``(m, kb)`` column-major view (strides ``(1, m)``)
-    both qualify; any ``(m, kb)`` view is read through its strides. When m == kb the shape
-    cannot tell, so a unit first stride means the column-major view.
-    """
-    if a_scale.shape == (m, kb) and (m != kb or (a_scale.stride(0) == 1 and a_scale.stride(1) != 1)):
-        return a_scale
-    if a_scale.shape == (kb, m):
-        return a_scale.t()
-    fail(
-        ValueError,
-        "a_scale",
-        f"shape ({kb}, {m}) or ({m}, {kb}) with strides (1, {m}) (trtllm: MN-major)",
-        f"shape {tuple(a_scale.shape)}",
-    )
-
-
-def _trtllm_b_view(b_scale, nb: int, kb: int):
-    """trtllm's b_scale is K-major ``(nb, kb)``; a ``(kb, nb)`` tensor (upstream's docstring) is its transpose."""
-    if b_scale.shape == (nb, kb):
-        return b_scale
-    if b_scale.shape == (kb, nb):
-        return b_scale.t()
-    fail(ValueError, "b_scale", f"shape ({nb}, {kb}) (trtllm: K-major)", f"shape {tuple(b_scale.shape)}")
-
-
-def _scale_views(a_scale, b_scale, backend, scale_major_mode, granularity, m, n, k):
-    gm, gn, gk = granularity
-    kb = ceil_div(k, gk)
-    if backend == "trtllm":
-        return _trtllm_a_view(a_scale, m, kb), _trtllm_b_view(b_scale, ceil_div(n, gn), kb)
-    mode = scale_major_mode or "K"
-    return (
-        _blocks_view(a_scale, "a_scale", ceil_div(m, gm), kb, mode),
-        _blocks_view(b_scale, "b_scale", ceil_div(n, gn), kb, mode),
-    )
-
-
-_NAMES = frozenset(GEMM_FP8_NT_GROUPWISE.names)
 _MODES = (None, "K", "MN")
+_NAMES = frozenset(GEMM_FP8_NT_GROUPWISE.names)
+_INPUTS = ("a", "b", "a_scale", "b_scale", "output_scale")
 
 
-def _args_ok(
-    a, b, a_scale, b_scale, scale_major_mode, granularity, out, dtype, backend, output_scale
-) -> bool:
-    """True when every check passes (the hot path); FP8 output and ``mubin`` take the detailed checks."""
-    try:
-        a_shape, b_shape, device = a.shape, b.shape, a.device
-        ok = (
-            backend in _NAMES
-            and output_scale is None
-            and dtype in _OUT_16BIT
-            and scale_major_mode in _MODES
-            and granularity in _GRANULARITIES
-            and len(a_shape) == 2
-            and len(b_shape) == 2
-            and a_shape[1] == b_shape[1]
-            and a.dtype == E4M3
-            and b.dtype == E4M3
-            and (a_shape[1] <= 1 or (a.stride(1) == 1 and b.stride(1) == 1))
-            and b.device == device
-            and a_scale.dtype == FLOAT32
-            and b_scale.dtype == FLOAT32
-            and a_scale.device == device
-            and b_scale.device == device
-            and backend != "mubin"
-            and (backend != "cutlass" or scale_major_mode is not None)
-            and (backend != "trtllm" or (granularity == (1, 128, 128) and a_shape[1] >= _TRTLLM_MIN_K))
-            and (backend != "cutile" or (scale_major_mode != "MN" and granularity == (1, 128, 128)))
-        )
-        if ok and out is not None:
-            ok = (
-                out.device == device and out.shape == (a_shape[0], b_shape[0]) and not out_overlaps(out, a, b)
-            )
-        return ok
-    except AttributeError:
-        return False
+def _scale_orientation(scale, arg: str, blocks: int, kb: int, trtllm: bool) -> bool:
+    """Whether the logical ``(blocks, kb)`` view of ``scale`` is its transpose, for
+    ``scale_major_mode="MN"`` (storage ``(kb, blocks)``) and the trtllm name.
+
+    The trtllm name keeps its own convention whatever the mode: ``a_scale`` MN-major in memory,
+    as a contiguous ``(kb, m)`` tensor or its ``(m, kb)`` column-major view (any ``(m, kb)`` view
+    is read through its strides; when m == kb a unit first stride means the column-major view);
+    ``b_scale`` K-major ``(nb, kb)``, a ``(kb, nb)`` tensor (upstream's docstring) being its
+    transpose.
+    """
+    shape = scale.shape
+    if trtllm:
+        if shape == (blocks, kb) and (
+            blocks != kb or arg == "b_scale" or (scale.stride(0) == 1 and scale.stride(1) != 1)
+        ):
+            return False
+        if shape == (kb, blocks):
+            return True
+        layout = "MN-major" if arg == "a_scale" else "K-major"
+        expected = f"shape ({blocks}, {kb}) or ({kb}, {blocks}) (trtllm: {layout})"
+        fail(ValueError, arg, expected, f"shape {tuple(shape)}")
+    if shape == (kb, blocks):
+        return True
+    fail(ValueError, arg, f"shape {(kb, blocks)} (scale_major_mode='MN')", f"shape {tuple(shape)}")
 
 
 @gated(GEMM_FP8_NT_GROUPWISE)
@@ -329,27 +153,123 @@ def gemm_fp8_nt_groupwise(
     >>> gemm_fp8_nt_groupwise(a, b, a_scale, b_scale, "K", backend="mubin", output_scale=out_scale).dtype
     torch.float8_e4m3fn
     """
-    granularity = tuple(scale_granularity_mnk)
-    dtype = _output_dtype(out, out_dtype, output_scale)
-    if not skip_check and not _args_ok(
-        a, b, a_scale, b_scale, scale_major_mode, granularity, out, dtype, backend, output_scale
-    ):
-        _check_operands(a, b)
-        _check_backend_rules(backend, scale_major_mode, granularity, a.shape[1], output_scale)
-        check_scale(a_scale, "a_scale", a.device, "a")
-        check_scale(b_scale, "b_scale", a.device, "a")
-        _check_output(out, out_dtype, output_scale, dtype, a, b, a_scale, b_scale)
-    m, k = a.shape
-    n = b.shape[0]
-    a_view, b_view = _scale_views(a_scale, b_scale, backend, scale_major_mode, granularity, m, n, k)
+    try:
+        a_shape, b_shape, device = a.shape, b.shape, a.device
+        granularity = tuple(scale_granularity_mnk)
+        if out is not None:
+            dtype = out.dtype  # out's dtype wins over out_dtype; output_scale means FP8 E4M3
+        else:
+            dtype = (
+                out_dtype if out_dtype is not None else (torch.bfloat16 if output_scale is None else _E4M3)
+            )
+        if not skip_check:  # every rule, each once, each attribute read once (reads are the cost)
+            if backend not in _NAMES:
+                GEMM_FP8_NT_GROUPWISE.check(backend)
+            if len(a_shape) != 2 or len(b_shape) != 2:
+                arg, x = ("a", a) if len(a_shape) != 2 else ("b", b)
+                expected = (
+                    f"a 2-D tensor (shape mismatch. a.shape = {tuple(a_shape)}, b.shape = {tuple(b_shape)})"
+                )
+                fail(ValueError, arg, expected, x)
+            k = a_shape[1]
+            if b_shape[1] != k:
+                fail(
+                    ValueError,
+                    "b",
+                    f"shape (n, {k}) (shape mismatch. a.shape[1] = {k})",
+                    f"shape {tuple(b_shape)}",
+                )
+            if b.device != device:
+                fail(ValueError, "b", f"a tensor on {device} (the device of `a`)", f"a tensor on {b.device}")
+            if a.dtype != _E4M3:
+                fail(ValueError, "a", "dtype torch.float8_e4m3fn (a must be FP8)", f"dtype {a.dtype}")
+            if b.dtype != _E4M3:
+                fail(ValueError, "b", "dtype torch.float8_e4m3fn (b must be FP8)", f"dtype {b.dtype}")
+            if k > 1 and not (a.is_contiguous() or a.stride()[1] == 1):
+                fail(ValueError, "a", "a K-major tensor (stride 1 along k)", a)
+            if k > 1 and not (b.is_contiguous() or b.stride()[1] == 1):
+                fail(ValueError, "b", "a K-major tensor (stride 1 along k)", b)
+            if scale_major_mode not in _MODES:
+                fail(ValueError, "scale_major_mode", "'K', 'MN' or None", describe(scale_major_mode))
+            if granularity not in _GRANULARITIES:
+                fail(
+                    ValueError, "scale_granularity_mnk", "(1, 128, 128) or (128, 128, 128)", str(granularity)
+                )
+            if backend in GEMM_FP8_NT_GROUPWISE.rules:
+                GEMM_FP8_NT_GROUPWISE.enforce(backend, scale_major_mode, granularity, k, output_scale)
+            if a_scale.dtype != _FLOAT32 or a_scale.device != device:
+                _fail_scale(a_scale, "a_scale", device)
+            if b_scale.dtype != _FLOAT32 or b_scale.device != device:
+                _fail_scale(b_scale, "b_scale", device)
+            if output_scale is not None and (output_scale.dtype != _FLOAT32 or output_scale.device != device):
+                _fail_scale(output_scale, "output_scale", device)
+            if output_scale is None:
+                if dtype not in _OUT_16BIT:
+                    expected = "torch.bfloat16 or torch.float16 (unsupported output dtype)"
+                    fail(ValueError, "out" if out is not None else "out_dtype", expected, describe(dtype))
+            else:
+                _check_fp8_output(a_shape[0], b_shape[0], out, dtype, output_scale)
+            if out is not None:
+                if out.shape != (a_shape[0], b_shape[0]):
+                    shape = (a_shape[0], b_shape[0])
+                    fail(
+                        ValueError,
+                        "out",
+                        f"shape {shape} (output shape mismatch)",
+                        f"shape {tuple(out.shape)}",
+                    )
+                if out.device != device:
+                    fail(
+                        ValueError,
+                        "out",
+                        f"a tensor on {device} (the device of `a`)",
+                        f"a tensor on {out.device}",
+                    )
+                check_no_overlap(out, "out", _INPUTS, a, b, a_scale, b_scale, output_scale)
+        (m, k), n = a_shape, b_shape[0]
+        gm, gn, gk = granularity
+        a_mn = b_mn = False
+        if scale_major_mode == "MN" or backend == "trtllm":
+            kb = ceil_div(k, gk)
+            trtllm = backend == "trtllm"
+            a_mn = _scale_orientation(a_scale, "a_scale", ceil_div(m, gm), kb, trtllm)
+            b_mn = _scale_orientation(b_scale, "b_scale", ceil_div(n, gn), kb, trtllm)
+        elif not skip_check:  # K-major storage: the logical (blocks, k blocks) shape itself
+            kb = ceil_div(k, gk)
+            if a_scale.shape != (ceil_div(m, gm), kb) or b_scale.shape != (ceil_div(n, gn), kb):
+                arg, scale, blocks = ("a_scale", a_scale, ceil_div(m, gm))
+                if a_scale.shape == (blocks, kb):
+                    arg, scale, blocks = ("b_scale", b_scale, ceil_div(n, gn))
+                expected = f"shape {(blocks, kb)} (scale_major_mode={scale_major_mode or 'K'!r})"
+                fail(ValueError, arg, expected, f"shape {tuple(scale.shape)}")
+    except AttributeError:
+        require_tensors(a=a, b=b, a_scale=a_scale, b_scale=b_scale, out=out, output_scale=output_scale)
+        raise
     if out is None:
-        out = torch.empty((m, n), dtype=dtype, device=a.device)
-    if out.numel() == 0:
+        out = torch.empty((m, n), dtype=dtype, device=device)
+    if m == 0 or n == 0:
         return out
     if k == 0:
         if output_scale is not None:
             output_scale.fill_(OUTPUT_SCALE_FLOOR / E4M3_MAX)
         return out.zero_()
-    gm, gn, gk = granularity
-    DISPATCH.module(a.device).gemm_groupwise(a, b, a_view, b_view, gm, gn, gk, out, output_scale)
+    DISPATCH.module(device).gemm_groupwise(
+        Groupwise(a, b, a_scale, b_scale, a_mn, b_mn, gm, gn, gk, out, output_scale)
+    )
     return out
+
+
+def _fail_scale(scale, arg: str, device) -> None:
+    if scale.dtype != _FLOAT32:
+        fail(ValueError, arg, "dtype torch.float32 (dequantization multipliers)", f"dtype {scale.dtype}")
+    fail(ValueError, arg, f"a tensor on {device} (the device of `a`)", f"a tensor on {scale.device}")
+
+
+def _check_fp8_output(m: int, n: int, out, dtype, output_scale) -> None:
+    """With ``output_scale``: FP8 E4M3 output and a contiguous ``(m, ceil(n / 128))`` scale."""
+    if dtype != _E4M3:
+        expected = "torch.float8_e4m3fn (the output dtype when `output_scale` is given)"
+        fail(ValueError, "out" if out is not None else "out_dtype", expected, describe(dtype))
+    shape = (m, ceil_div(n, OUTPUT_SCALE_BLOCK))
+    if output_scale.shape != shape or not output_scale.is_contiguous():
+        fail(ValueError, "output_scale", f"a contiguous tensor of shape {shape}", output_scale)

@@ -1,6 +1,6 @@
 """The MATE adapter: FlashInfer's GEMMs on MUSA through ``mate.gemm``.
 
-Same functions and normalized arguments as :mod:`._reference` (see ``docs/internals.md``).
+Same functions and argument records as :mod:`._reference` (:mod:`._args`).
 MATE is found lazily (:mod:`flashinfer._core.mate`); a missing or unrelated ``mate`` raises
 :class:`flashinfer.utils.LibraryError` saying what to install. Two MATE generations are told
 apart by the functions they have, never by version strings:
@@ -91,10 +91,11 @@ def _finish(target, out) -> None:
         out.copy_(target)
 
 
-def bmm(A, B, out, A_scale=None, B_scale=None) -> None:
+def bmm(call) -> None:
+    A, B, out, A_scale, B_scale = call.A, call.B, call.out, call.A_scale, call.B_scale
     mate_bmm = _unified_bmm()
     if mate_bmm is None:
-        _bmm_legacy(A, B, out, A_scale, B_scale)
+        _bmm_legacy(call, A, B, out, A_scale, B_scale)
         return
     if A.stride(-1) != 1:
         A = A.contiguous()
@@ -135,7 +136,7 @@ def bmm(A, B, out, A_scale=None, B_scale=None) -> None:
     _finish(target, out)
 
 
-def _bmm_legacy(A, B, out, A_scale, B_scale) -> None:
+def _bmm_legacy(call, A, B, out, A_scale, B_scale) -> None:
     """MATE 0.2.2: B must be column-major; FP8 A fully contiguous; no channelwise B scales."""
     if B.stride(-2) != 1:
         B = B.transpose(-2, -1).contiguous().transpose(-2, -1)
@@ -147,7 +148,7 @@ def _bmm_legacy(A, B, out, A_scale, B_scale) -> None:
         _finish(target, out)
         return
     if B_scale.dim() != 0:
-        _reference.bmm(A, B, out, A_scale, B_scale)
+        _reference.bmm(call)
         return
     if A_scale.dim() == 0:
         granularity = (-1, -1, -1)
@@ -177,13 +178,22 @@ def _stored(scale_view):
     return scale_view.contiguous(), False
 
 
-def gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, output_scale=None) -> None:
+def gemm_groupwise(call) -> None:
+    a, b, a_scale, b_scale, out, output_scale = (
+        call.a,
+        call.b,
+        call.a_scale,
+        call.b_scale,
+        call.out,
+        call.output_scale,
+    )
+    block_m, block_n, block_k = call.block_m, call.block_n, call.block_k
     if block_m != 1:
         a_scale = a_scale.repeat_interleave(block_m, dim=0)[: a.shape[0]]
     mate_bmm = _unified_bmm()
     if mate_bmm is None:
         if block_n != _BLOCK:  # MATE 0.2.2's groupwise GEMM takes (1, 128, 128) only
-            _reference.gemm_groupwise(a, b, a_scale, b_scale, 1, block_n, block_k, out, output_scale)
+            _reference.gemm_groupwise(call)
             return
         _gemm_groupwise_legacy(a, b, a_scale, b_scale, out, output_scale)
         return
@@ -244,7 +254,8 @@ def _backend_kwargs() -> dict:
     return {"backend": "auto"} if _unified_bmm() is not None else {}
 
 
-def group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out) -> None:
+def group_gemm_contiguous(call) -> None:
+    a, b, a_scale, b_scale, m_indices, out = call
     ragged = _legacy("ragged_m_moe_gemm_8bit")
     valid = (m_indices >= 0) & (m_indices < b.shape[0])
     group_ids = torch.where(valid, m_indices, -1)
@@ -263,7 +274,8 @@ def group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out) -> None:
     out.copy_(torch.where(valid.unsqueeze(1), scratch, out))
 
 
-def group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out) -> None:
+def group_gemm_masked(call) -> None:
+    a, b, a_scale, b_scale, masked_m, expected_m, out = call
     masked = _legacy("masked_moe_gemm_8bit")
     rows = a.shape[1]
     counts = masked_m.clamp(0, rows)
@@ -284,7 +296,8 @@ def group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out) -> None
     out.copy_(torch.where(valid, scratch, out))
 
 
-def group_gemm_segments(a, b, a_scale, b_scale, m_indptr, out) -> None:
+def group_gemm_segments(call) -> None:
+    a, b, a_scale, b_scale, m_indptr, out = call
     ragged = _legacy("ragged_m_moe_gemm_8bit")
     m = a.shape[0]
     counts = packed_counts(m_indptr, m)

@@ -1,7 +1,7 @@
 """The NVIDIA implementation of the MLA ops: Triton kernels on CUDA tensors.
 
-Same functions and normalized arguments as ``_reference`` and ``_mate`` (docs/internals.md);
-the API layer has validated everything. Triton and the kernel modules are imported on the
+Same functions and argument records (:mod:`._args`) as ``_reference`` and ``_mate``; the API
+layer has validated everything. Triton and the kernel modules are imported on the
 first call, never at import. FP8 decode needs FP8 tensor cores (compute capability 8.9+);
 older devices run FP8 decode through the reference implementation, BF16 decode through Triton.
 Float16 decode runs the reference on every device.
@@ -22,6 +22,7 @@ import torch
 from .._core.constants import FP8_TENSOR_CORE_CAPABILITY
 from .._core.kernel_tier import gluon_supported, use_gluon
 from ..utils import get_compute_capability, get_device_sm_count
+from . import _reference
 
 __all__ = ["decode_plan", "dense_decode", "packed_sparse_decode", "rope_quantize", "sparse_decode"]
 
@@ -44,26 +45,9 @@ def _gluon_kernels():
     return mla_decode_gluon
 
 
-def rope_quantize(
-    q_rope,
-    k_rope,
-    q_nope,
-    k_nope,
-    cos_sin_cache,
-    pos_ids,
-    is_neox,
-    quant_scale_q,
-    quant_scale_kv,
-    q_rope_out,
-    k_rope_out,
-    q_nope_out,
-    k_nope_out,
-) -> None:
+def rope_quantize(call) -> None:
     """RoPE + FP8 quantize of q and k in one Triton launch (see ``kernels/rope_quantize.py``)."""
-    _kernels()[0].rope_quantize(
-        q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox,
-        quant_scale_q, quant_scale_kv, q_rope_out, k_rope_out, q_nope_out, k_nope_out,
-    )  # fmt: skip
+    _kernels()[0].rope_quantize(call)
 
 
 class DecodePlans(NamedTuple):
@@ -98,17 +82,29 @@ def decode_plan(batch: int, q_len: int, heads: int, topk: int, device) -> Decode
     return DecodePlans(portable, _gluon_kernels().plan_decode_gluon(batch, q_len, heads, topk, num_sms))
 
 
-def _decode_kernel(query, kv, d_v: int, plan: DecodePlans, *kv_strides: int):
-    # (kernel module, its plan): Gluon on Hopper for the DeepSeek widths when the key rows are
-    # 16-byte aligned (its cp.async copies), else the portable kernel
+def _decode_kernel(call, paged: bool):
+    """(kernel module, the call with that kernel's plan, its key rows) for a decode call.
+
+    Gluon on Hopper for the DeepSeek widths when the key rows are 16-byte aligned (its cp.async
+    copies), else the portable kernel; ``call.plan`` holds both tiers' plans (``DecodePlans``).
+    """
+    portable = _kernels()[1]
+    rows = portable.key_rows(call, paged)
+    query = call.query
     if (
-        (d_v, query.shape[-1]) == GLUON_DECODE_DIMS
-        and kv.data_ptr() % 16 == 0
-        and all(stride % 16 == 0 for stride in kv_strides)
+        (call.out.shape[-1], query.shape[-1]) == GLUON_DECODE_DIMS
+        and call.kv_cache.data_ptr() % 16 == 0
+        and rows.stride_kv_row % 16 == 0
+        and rows.stride_kv_tok % 16 == 0
         and use_gluon(query.device)
     ):
-        return _gluon_kernels(), plan.gluon
-    return _kernels()[1], plan.portable
+        return _gluon_kernels(), call._replace(plan=call.plan.gluon), rows
+    return portable, call._replace(plan=call.plan.portable), rows
+
+
+def _launch(call, paged: bool) -> None:
+    kernel, call, rows = _decode_kernel(call, paged)
+    kernel.mla_decode(call, rows)
 
 
 def _fp8_on_reference(query) -> bool:
@@ -119,57 +115,36 @@ def _fp8_on_reference(query) -> bool:
     return query.element_size() == 1 and get_compute_capability(query.device) < FP8_TENSOR_CORE_CAPABILITY
 
 
-def _reference():
-    from . import _reference
-
-    return _reference
-
-
-def sparse_decode(
-    query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, plan, workspace
-) -> None:
+def sparse_decode(call) -> None:
     """Sparse MLA decode over per-token top-k slot lists (see ``kernels/mla_decode.py``)."""
-    if _fp8_on_reference(query):
-        _reference().sparse_decode(
-            query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, plan, workspace
-        )
+    if _fp8_on_reference(call.query):
+        _reference.sparse_decode(call)
         return
-    if plan is None:
-        plan = decode_plan(*query.shape[:3], indices.shape[-1], query.device)
-    kernel, kernel_plan = _decode_kernel(query, kv, out.shape[-1], plan, kv.stride(0))
-    kernel.mla_decode(
-        query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, workspace, kernel_plan,
-        0, kv.shape[0], kv.stride(0), 0,
-    )  # fmt: skip
+    if call.plan is None:
+        call = call._replace(plan=decode_plan(*call.query.shape[:3], call.table.shape[-1], call.query.device))
+    _launch(call, paged=False)
 
 
-def packed_sparse_decode(query, kv, indices, lengths, bmm1_scale, sinks, out, lse, plan, workspace) -> None:
-    """Sparse MLA decode over the packed 656-byte rows, read and dequantized inside the portable
-    kernel (its ``PACKED`` mode; bf16 dots, so any GPU Triton supports runs it). The Gluon tier
-    has no packed mode yet."""
-    if plan is None:
-        plan = decode_plan(*query.shape[:3], indices.shape[-1], query.device)
-    _kernels()[1].mla_decode(
-        query, kv, indices, lengths, bmm1_scale, 1.0, sinks, out, lse, workspace, plan.portable,
-        0, kv.shape[0], kv.stride(0), 0, packed=True, length_mode=2 if lengths is None else 1,
-    )  # fmt: skip
-
-
-def dense_decode(
-    query, kv_pages, block_tables, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, workspace
-) -> None:
-    """Paged MLA decode: token ``t`` attends positions ``0 .. L-1`` through the block table."""
-    if _fp8_on_reference(query):
-        _reference().dense_decode(
-            query, kv_pages, block_tables, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, workspace
-        )
-        return
-    page_size = kv_pages.shape[1]
-    plan = decode_plan(*query.shape[:3], block_tables.shape[-1] * page_size, query.device)
-    kernel, kernel_plan = _decode_kernel(
-        query, kv_pages, out.shape[-1], plan, kv_pages.stride(0), kv_pages.stride(1)
+def packed_sparse_decode(call) -> None:
+    """Sparse MLA decode over the packed 656-byte rows (:class:`~._args.Decode`, packed form),
+    read and dequantized inside the portable kernel (its ``PACKED`` mode; bf16 dots, so any GPU
+    Triton supports runs it). The Gluon tier has no packed mode yet."""
+    if call.plan is None:
+        call = call._replace(plan=decode_plan(*call.query.shape[:3], call.table.shape[-1], call.query.device))
+    portable = _kernels()[1]
+    length_mode = 2 if call.seq_lens is None else 1
+    portable.mla_decode(
+        call._replace(plan=call.plan.portable),
+        portable.key_rows(call, False),
+        packed=True,
+        length_mode=length_mode,
     )
-    kernel.mla_decode(
-        query, kv_pages, block_tables, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, workspace,
-        kernel_plan, page_size, kv_pages.shape[0], kv_pages.stride(0), kv_pages.stride(1),
-    )  # fmt: skip
+
+
+def dense_decode(call) -> None:
+    """Paged MLA decode: token ``t`` attends positions ``0 .. L-1`` through the block table."""
+    if _fp8_on_reference(call.query):
+        _reference.dense_decode(call)
+        return
+    width = call.table.shape[-1] * call.kv_cache.shape[-2]  # positions the page table can address
+    _launch(call._replace(plan=decode_plan(*call.query.shape[:3], width, call.query.device)), paged=True)

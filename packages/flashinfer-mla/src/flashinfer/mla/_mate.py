@@ -64,30 +64,18 @@ def _rope_eligible(q_rope, k_rope, q_nope, k_nope, q_rope_out) -> bool:
     )
 
 
-def rope_quantize(
-    q_rope,
-    k_rope,
-    q_nope,
-    k_nope,
-    cos_sin_cache,
-    pos_ids,
-    is_neox,
-    quant_scale_q,
-    quant_scale_kv,
-    q_rope_out,
-    k_rope_out,
-    q_nope_out,
-    k_nope_out,
-) -> None:
+def rope_quantize(call) -> None:
     """``mate.sparse_mla_interface.mla_rope_quantize_fp8`` when its kernel fits, else the reference."""
-    k_rope, k_nope, k_rope_out, k_nope_out = _reference.keys_3d(k_rope, k_nope, k_rope_out, k_nope_out)
+    q_rope, q_nope, cos_sin_cache, pos_ids, q_rope_out, q_nope_out = (
+        call.q_rope, call.q_nope, call.cos_sin_cache, call.pos_ids, call.q_rope_out, call.q_nope_out
+    )  # fmt: skip
+    k_rope, k_nope, k_rope_out, k_nope_out = _reference.keys_3d(
+        call.k_rope, call.k_nope, call.k_rope_out, call.k_nope_out
+    )
     eligible = _rope_eligible(q_rope, k_rope, q_nope, k_nope, q_rope_out)
     fn = _function("mla_rope_quantize_fp8", "rope_quantize_fp8") if eligible else None
     if fn is None:
-        _reference.rope_quantize(
-            q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, quant_scale_q,
-            quant_scale_kv, q_rope_out, k_rope_out, q_nope_out, k_nope_out,
-        )  # fmt: skip
+        _reference.rope_quantize(call)
         return
     max_pos = cos_sin_cache.shape[0]
     # MATE does not range-check positions: clamp them so it never reads outside the cache, then
@@ -99,10 +87,10 @@ def rope_quantize(
         k_nope[:, 0],
         cos_sin_cache,
         pos_ids.clamp(0, max_pos - 1),
-        is_neox=is_neox,
+        is_neox=call.is_neox,
         quantize_dtype=torch.float8_e4m3fn,
-        quant_scale_q=quant_scale_q,
-        quant_scale_kv=quant_scale_kv,
+        quant_scale_q=call.quant_scale_q,
+        quant_scale_kv=call.quant_scale_kv,
         q_rope_out=q_rope_out,
         k_rope_out=k_rope_out[:, 0],
         q_nope_out=q_nope_out,
@@ -154,18 +142,18 @@ def _decode_eligible(query, kv, bmm1_scale, out) -> bool:
     )
 
 
-def sparse_decode(query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, plan, workspace):
+def sparse_decode(call):
     """``mate.sparse_mla_interface.sparse_mla_fp8_decode`` for FP8 e4m3 512/64 calls."""
+    query, kv, indices, seq_lens, out, lse, sinks = (
+        call.query, call.pool, call.table, call.seq_lens, call.out, call.lse3, call.sinks
+    )  # fmt: skip
+    bmm1_scale, bmm2_scale = call.bmm1_scale, call.bmm2_scale
     if not _decode_eligible(query, kv, bmm1_scale, out):
-        _reference.sparse_decode(
-            query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, plan, workspace
-        )
+        _reference.sparse_decode(call)
         return
     fn = _function("sparse_mla_fp8_decode", "trtllm_batch_decode_with_kv_cache_mla")
     if fn is None:
-        _reference.sparse_decode(
-            query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, plan, workspace
-        )
+        _reference.sparse_decode(call)
         return
     batch, q_len, heads, dim = query.shape
     rows, topk = batch * q_len, indices.shape[-1]
@@ -198,7 +186,7 @@ def sparse_decode(query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, o
     fn(
         query=mate_query,
         kv_cache=kv.view(kv.shape[0], 1, dim),
-        workspace_buffer=workspace,
+        workspace_buffer=call.workspace,
         qk_nope_head_dim=QK_NOPE_HEAD_DIM,
         kv_lora_rank=NOPE,
         qk_rope_head_dim=ROPE,
@@ -211,7 +199,7 @@ def sparse_decode(query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, o
         bmm2_scale=1.0 if tensor_bmm2 else bmm2_scale,
         lse=mate_lse,
         return_lse=want_lse,
-        metadata=plan,
+        metadata=call.plan,
     )
 
     out_rows = mate_out[:, 0, :heads]
@@ -231,7 +219,7 @@ def sparse_decode(query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, o
             lse.copy_(lse_rows.view(batch, q_len, heads))
 
 
-def packed_sparse_decode(query, kv, indices, lengths, bmm1_scale, sinks, out, lse, plan, workspace):
+def packed_sparse_decode(call):
     """``mate.flashmla.flash_mla_with_kvcache`` (FlashMLA's sparse FP8 decode) on the packed rows.
 
     MATE's FlashMLA entry point takes exactly this cache (BF16 query, 656-byte rows, int32 slot
@@ -250,10 +238,11 @@ def packed_sparse_decode(query, kv, indices, lengths, bmm1_scale, sinks, out, ls
     fn = _function("flash_mla_with_kvcache", op, FLASHMLA)
     metadata_fn = _function("get_mla_metadata", op, FLASHMLA)
     if fn is None or metadata_fn is None:
-        _reference.packed_sparse_decode(
-            query, kv, indices, lengths, bmm1_scale, sinks, out, lse, plan, workspace
-        )
+        _reference.packed_sparse_decode(call)
         return
+    query, kv, indices, lengths, sinks, out, lse = (
+        call.query, call.pool, call.table, call.seq_lens, call.sinks, call.out, call.lse3
+    )  # fmt: skip
     batch, q_len, heads, dim = query.shape
     rows, topk = batch * q_len, indices.shape[-1]
     padded_heads = -(-heads // HEAD_BLOCK) * HEAD_BLOCK
@@ -282,7 +271,7 @@ def packed_sparse_decode(query, kv, indices, lengths, bmm1_scale, sinks, out, ls
         NOPE,
         scheduler,
         splits,
-        softmax_scale=bmm1_scale,
+        softmax_scale=call.bmm1_scale,
         causal=False,
         is_fp8_kvcache=True,
         indices=mate_indices,

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._core import implementation_kind
-from .._core.checks import check_tensor, fail
+from .._core.checks import describe, fail, require_tensors
 from ._dispatch import DISPATCH
 
 __all__ = ["DecodeMetadata", "get_batch_decode_metadata_mla"]
@@ -50,6 +49,10 @@ class DecodeMetadata:
 
     def check(self, batch: int, q_len: int, heads: int, topk: int, device: torch.device, kind: str) -> None:
         """Raise ``ValueError`` naming the first field that differs from this call's."""
+        if (self.batch, self.q_len, self.heads, self.topk, self.kind, self.device) == (
+            batch, q_len, heads, topk, kind, device
+        ):  # fmt: skip
+            return
         call = {"batch": batch, "q_len": q_len, "heads": heads, "topk": topk, "device": device, "kind": kind}
         for field, value in call.items():
             if getattr(self, field) != value:
@@ -113,8 +116,7 @@ def get_batch_decode_metadata_mla(
     >>> (md.batch, md.q_len, md.heads, md.topk, md.kind)
     (2, 1, 16, 64, 'reference')
     """
-    check_tensor(query, "query")
-    check_tensor(seq_lens, "seq_lens")
+    require_tensors(query=query, seq_lens=seq_lens)
     if query.dim() not in (3, 4):
         fail(
             ValueError,
@@ -125,10 +127,10 @@ def get_batch_decode_metadata_mla(
     if seq_lens.dtype != torch.int32 or seq_lens.device != query.device:
         fail(ValueError, "seq_lens", f"an int32 tensor on {query.device}", seq_lens)
     if not isinstance(sparse_mla_top_k, int) or sparse_mla_top_k < 0:
-        fail(ValueError, "sparse_mla_top_k", "a non-negative int", sparse_mla_top_k)
+        fail(ValueError, "sparse_mla_top_k", "a non-negative int", describe(sparse_mla_top_k))
     batch, q_len, heads = metadata_config(query)
     device = query.device
     plan = None
     if sparse_mla_top_k > 0:
         plan = DISPATCH.module(device).decode_plan(batch, q_len, heads, sparse_mla_top_k, device)
-    return DecodeMetadata(batch, q_len, heads, sparse_mla_top_k, device, implementation_kind(device), plan)
+    return DecodeMetadata(batch, q_len, heads, sparse_mla_top_k, device, DISPATCH.kind(device), plan)

@@ -2,8 +2,8 @@
 
 It is what runs on CPU, what the MATE adapter uses for calls MATE cannot take (BF16 and dense
 decode, tensor ``bmm1_scale``, RoPE shapes outside MATE's kernel, a packed-cache decode without
-MATE's FlashMLA entry point), and what
-``FLASHINFER_FORCE_REFERENCE=1`` selects everywhere. Arguments follow ``docs/internals.md``.
+MATE's FlashMLA entry point), and what ``FLASHINFER_FORCE_REFERENCE=1`` selects everywhere. Each
+function takes the op's argument record (:mod:`._args`), validated by the API layer.
 
 Every gather is clamp-then-mask: an index, page id or position that is out of range is replaced
 by a safe in-range one before the gather and its result is masked afterwards, so no memory
@@ -49,22 +49,10 @@ def keys_3d(*k_tensors):
     return tuple(k.unsqueeze(1) if k.dim() == 2 else k for k in k_tensors)
 
 
-def rope_quantize(
-    q_rope,
-    k_rope,
-    q_nope,
-    k_nope,
-    cos_sin_cache,
-    pos_ids,
-    is_neox,
-    quant_scale_q,
-    quant_scale_kv,
-    q_rope_out,
-    k_rope_out,
-    q_nope_out,
-    k_nope_out,
-) -> None:
-    """RoPE on the rope parts, scale and saturating FP8 cast on all four (docs/internals.md)."""
+def rope_quantize(call) -> None:
+    """RoPE on the rope parts, scale and saturating FP8 cast on all four (:class:`~._args.Rope`)."""
+    q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, quant_scale_q, quant_scale_kv = call[:9]
+    q_rope_out, k_rope_out, q_nope_out, k_nope_out = call[9:]
     k_rope, k_nope, k_rope_out, k_nope_out = keys_3d(k_rope, k_nope, k_rope_out, k_nope_out)
     max_pos, rope_dim = cos_sin_cache.shape
     nnz = q_rope.shape[0]
@@ -94,23 +82,23 @@ def decode_plan(batch, q_len, heads, topk, device):
     return None
 
 
-def sparse_decode(query, kv, indices, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, plan, workspace):
-    """Sparse MLA decode over per-token physical slot lists (docs/internals.md)."""
-    limit = _token_limits(seq_lens, query.shape[1]).clamp(max=indices.shape[-1])
-    keys = _slot_keys(indices, limit, kv.shape[0])
-    _attend(query, kv, keys, indices.shape[-1], bmm1_scale, bmm2_scale, sinks, out, lse)
+def sparse_decode(call) -> None:
+    """Sparse MLA decode over per-token physical slot lists (:class:`~._args.Decode`)."""
+    kv, indices = call.pool, call.table
+    limit = _token_limits(call.seq_lens, call.query.shape[1]).clamp(max=indices.shape[-1])
+    _attend(call, kv, _slot_keys(indices, limit, kv.shape[0]), indices.shape[-1])
 
 
-def packed_sparse_decode(query, kv, indices, lengths, bmm1_scale, sinks, out, lse, plan, workspace):
-    """Sparse MLA decode over the packed 656-byte rows: dequantize each gathered row, then the
-    576-wide math with upstream's ``sparse``-backend LSE (docs/internals.md)."""
+def packed_sparse_decode(call) -> None:
+    """Sparse MLA decode over the packed 656-byte rows (:class:`~._args.Decode`, packed form):
+    dequantize each gathered row, then the 576-wide math with upstream's ``sparse``-backend LSE."""
+    query, kv, indices, lengths = call.query, call.pool, call.table, call.seq_lens
     rows, topk = query.shape[0] * query.shape[1], indices.shape[-1]
     if lengths is None:
         limit = torch.full((rows,), topk, device=query.device)
     else:
         limit = lengths.long().clamp(max=topk)
-    keys = _slot_keys(indices, limit, kv.shape[0])
-    _attend(query, kv, keys, topk, bmm1_scale, 1.0, sinks, out, lse, unpack=unpack_rows, sink_in_lse=True)
+    _attend(call, kv, _slot_keys(indices, limit, kv.shape[0]), topk, unpack=unpack_rows, sink_in_lse=True)
 
 
 def _slot_keys(indices, limit, num_slots):
@@ -127,8 +115,9 @@ def _slot_keys(indices, limit, num_slots):
     return keys
 
 
-def dense_decode(query, kv_pages, block_tables, seq_lens, bmm1_scale, bmm2_scale, sinks, out, lse, workspace):
-    """Paged (dense) MLA decode, causal bottom-right for ``q_len > 1`` (docs/internals.md)."""
+def dense_decode(call) -> None:
+    """Paged (dense) MLA decode, causal bottom-right for ``q_len > 1`` (:class:`~._args.Decode`)."""
+    query, kv_pages, block_tables, seq_lens = call.query, call.pages, call.table, call.seq_lens
     batch, q_len, heads, _ = query.shape
     num_pages, page_size, _ = kv_pages.shape
     limit = _token_limits(seq_lens, q_len)
@@ -150,7 +139,7 @@ def dense_decode(query, kv_pages, block_tables, seq_lens, bmm1_scale, bmm2_scale
         # (page, offset) pairs index the paged cache directly, whatever its page stride.
         return (page, (pos % page_size).expand_as(page)), valid
 
-    _attend(query, kv_pages, keys, width, bmm1_scale, bmm2_scale, sinks, out, lse)
+    _attend(call, kv_pages, keys, width)
 
 
 def _token_limits(seq_lens: torch.Tensor, q_len: int) -> torch.Tensor:
@@ -159,9 +148,8 @@ def _token_limits(seq_lens: torch.Tensor, q_len: int) -> torch.Tensor:
     return (seq_lens.long()[:, None] - back).reshape(-1)
 
 
-def _attend(query, kv, keys, num_keys, bmm1_scale, bmm2_scale, sinks, out, lse, unpack=None,
-            sink_in_lse=False) -> None:  # fmt: skip
-    """Softmax attention of every query row over the keys that ``keys`` selects.
+def _attend(call, kv, keys, num_keys, unpack=None, sink_in_lse=False) -> None:
+    """Softmax attention of every query row of ``call`` over the keys that ``keys`` selects.
 
     ``keys(r0, r1, k0, k1)`` returns ``(index, valid)`` for query rows ``r0:r1`` and key positions
     ``k0:k1``: ``index`` is a tuple of ``(r1 - r0, k1 - k0)`` tensors indexing the leading dims of
@@ -169,6 +157,8 @@ def _attend(query, kv, keys, num_keys, bmm1_scale, bmm2_scale, sinks, out, lse, 
     ``unpack`` turns gathered rows into float32 K rows (default: a cast). ``sink_in_lse`` selects
     the packed form's LSE: sinks included, ``-inf`` for a row with no key.
     """
+    query, out, lse, sinks = call.query, call.out, call.lse3, call.sinks
+    bmm1_scale, bmm2_scale = call.bmm1_scale, call.bmm2_scale
     batch, q_len, heads, dim = query.shape
     rows = batch * q_len
     v_dim = out.shape[-1]

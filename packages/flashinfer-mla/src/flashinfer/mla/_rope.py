@@ -2,6 +2,10 @@
 
 ``rope_quantize_fp8`` and ``mla_rope_quantize_fp8`` have FlashInfer v0.6.17's signatures. The
 implementation is chosen by the tensors' device (see :mod:`flashinfer.mla._dispatch`).
+
+Exception types follow upstream: its C++ checks (every tensor dtype, shape, stride and device)
+surface as ``RuntimeError``, its Python check of the cache's dtype as ``ValueError``;
+non-tensors and non-float scales are ``TypeError``, non-finite scales ``ValueError``.
 """
 
 from __future__ import annotations
@@ -10,7 +14,8 @@ import math
 
 import torch
 
-from .._core.checks import check_device, check_last_dim_contiguous, check_tensor, fail
+from .._core.checks import describe, fail, require_tensors
+from ._args import Rope
 from ._dispatch import DISPATCH
 
 __all__ = ["mla_rope_quantize_fp8", "rope_quantize_fp8"]
@@ -19,6 +24,8 @@ _INPUT_DTYPES = (torch.float16, torch.bfloat16)
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 _CACHE_DTYPES = (torch.float32, torch.bfloat16)
 _POS_DTYPES = (torch.int32, torch.int64)
+_PARTS = ("q_rope", "k_rope", "q_nope", "k_nope")
+_OUTPUTS = ("q_rope_out", "k_rope_out", "q_nope_out", "k_nope_out")
 
 
 def rope_quantize_fp8(
@@ -82,12 +89,15 @@ def rope_quantize_fp8(
 
     Raises
     ------
-    ValueError
-        ``"cos_sin_cache should be float32"`` for a cache that is neither float32 nor bfloat16;
-        a cache whose row length is not ``rope_dim``; tensors on different devices.
     RuntimeError
-        The checks FlashInfer makes in C++: input/output dtypes, ranks, matching ``nnz``, head
-        counts, rope and nope dims, and last-dimension contiguity.
+        Every tensor mistake FlashInfer checks in C++: dtypes, ranks, matching ``nnz``, head
+        counts, rope and nope dims, last-dimension contiguity, devices, the cache's shape and
+        ``pos_ids``; ``quantize_dtype`` not FP8.
+    ValueError
+        ``"cos_sin_cache should be float32"`` (upstream's Python check) for a cache that is
+        neither float32 nor bfloat16; a scale that is not finite.
+    TypeError
+        A non-tensor where a tensor belongs; a scale that is not a Python float or int.
 
     Notes
     -----
@@ -111,106 +121,159 @@ def rope_quantize_fp8(
     True
     """
     given = (q_rope_out, k_rope_out, q_nope_out, k_nope_out)
-    if quantize_dtype is None:
-        quantize_dtype = next((o.dtype for o in given if o is not None), torch.float8_e4m3fn)
-    if not _args_ok(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, quantize_dtype,
-                    quant_scale_q, quant_scale_kv, given):  # fmt: skip
-        # Not the common, valid case: run every check to say exactly what is wrong.
-        k_is_2d = k_rope.dim() == 2 if isinstance(k_rope, torch.Tensor) else False
-        q_nope, k_nope = _check_all(
-            q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, quantize_dtype,
-            quant_scale_q, quant_scale_kv, given, k_is_2d,
+    try:
+        dtype_arg = "quantize_dtype"
+        if quantize_dtype is None:  # upstream: the first given output's dtype, else e4m3
+            dtype_arg, quantize_dtype = next(
+                ((name, out.dtype) for name, out in zip(_OUTPUTS, given) if out is not None),
+                ("quantize_dtype", torch.float8_e4m3fn),
+            )
+        if q_nope is None:  # FlashInfer turns a missing nope part into an empty one
+            q_nope = q_rope.new_empty((*q_rope.shape[:-1], 0))
+        if k_nope is None:
+            k_nope = k_rope.new_empty((*k_rope.shape[:-1], 0))
+        inputs = (q_rope, k_rope, q_nope, k_nope)
+        _check_tensors(inputs, given, cos_sin_cache, pos_ids, quantize_dtype, dtype_arg)
+    except AttributeError:
+        require_tensors(
+            q_rope=q_rope, k_rope=k_rope, q_nope=q_nope, k_nope=k_nope, cos_sin_cache=cos_sin_cache,
+            pos_ids=pos_ids, **dict(zip(_OUTPUTS, given)),
         )  # fmt: skip
-    inputs = (q_rope, k_rope, q_nope, k_nope)
-    q_rope_out, k_rope_out, q_nope_out, k_nope_out = (
-        out if out is not None else torch.empty(x.shape, dtype=quantize_dtype, device=x.device)
-        for out, x in zip(given, inputs)
-    )
+        raise
+    # Host numbers only: reading a tensor would synchronize (and break graph capture).
+    if type(quant_scale_q) is not float or not math.isfinite(quant_scale_q):
+        quant_scale_q = _check_scale(quant_scale_q, "quant_scale_q")
+    if type(quant_scale_kv) is not float or not math.isfinite(quant_scale_kv):
+        quant_scale_kv = _check_scale(quant_scale_kv, "quant_scale_kv")
+    if q_rope_out is None:
+        q_rope_out = torch.empty(q_rope.shape, dtype=quantize_dtype, device=q_rope.device)
+    if k_rope_out is None:
+        k_rope_out = torch.empty(k_rope.shape, dtype=quantize_dtype, device=k_rope.device)
+    if q_nope_out is None:
+        q_nope_out = torch.empty(q_nope.shape, dtype=quantize_dtype, device=q_nope.device)
+    if k_nope_out is None:
+        k_nope_out = torch.empty(k_nope.shape, dtype=quantize_dtype, device=k_nope.device)
     if q_rope.shape[0] > 0:
         DISPATCH.module(q_rope.device).rope_quantize(
-            q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, bool(is_neox),
-            float(quant_scale_q), float(quant_scale_kv), q_rope_out, k_rope_out, q_nope_out, k_nope_out,
+            Rope(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, bool(is_neox), quant_scale_q, quant_scale_kv,
+                 q_rope_out, k_rope_out, q_nope_out, k_nope_out)
         )  # fmt: skip
     return q_rope_out, k_rope_out, q_nope_out, k_nope_out
 
 
-def _args_ok(
-    q_rope, k_rope, q_nope, k_nope, cache, pos_ids, quantize_dtype, scale_q, scale_kv, given
-) -> bool:
-    """True when every check passes, read in one pass (the hot path); False says "check in detail".
+def _check_scale(scale, name: str) -> float:
+    """A finite Python float or int (a tensor would need a host read)."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        fail(TypeError, name, "a Python float", describe(scale))
+    if not math.isfinite(scale):
+        fail(ValueError, name, "a finite float", describe(scale))
+    return float(scale)
 
-    It may be stricter than the detailed checks (then they run and pass), never looser.
-    """
-    try:
-        dtype, device = q_rope.dtype, q_rope.device
-        nnz, heads, rope_dim = q_rope.shape
-        nope_dim = q_nope.shape[-1]
-        k_dim = k_rope.dim()
-        k_lead = (nnz,) if k_dim == 2 else (nnz, k_rope.shape[1]) if k_dim == 3 else None
-        ok = (
-            k_lead is not None
-            and dtype in _INPUT_DTYPES
-            and q_nope.dtype == dtype
-            and k_rope.dtype == dtype
-            and k_nope.dtype == dtype
-            and q_nope.shape == (nnz, heads, nope_dim)
-            and k_rope.shape == (*k_lead, rope_dim)
-            and k_nope.shape == (*k_lead, nope_dim)
-            and rope_dim % 2 == 0
-            and q_rope.stride()[-1] == 1
-            and q_nope.stride()[-1] == 1
-            and k_rope.stride()[-1] == 1
-            and k_nope.stride()[-1] == 1
-            and q_nope.device == device
-            and k_rope.device == device
-            and k_nope.device == device
-            and cache.dtype in _CACHE_DTYPES
-            and cache.dim() == 2
-            and cache.shape[1] == rope_dim
-            and cache.shape[0] > 0
-            and cache.is_contiguous()
-            and cache.device == device
-            and pos_ids.dtype in _POS_DTYPES
-            and pos_ids.shape == (nnz,)
-            and pos_ids.is_contiguous()
-            and pos_ids.device == device
-            and quantize_dtype in _FP8_DTYPES
-            and type(scale_q) is float
-            and type(scale_kv) is float
-            and math.isfinite(scale_q)
-            and math.isfinite(scale_kv)
+
+def _check_tensors(inputs, outputs, cache, pos_ids, quantize_dtype, dtype_arg: str) -> None:
+    """Every tensor rule, each once, in the order FlashInfer checks them."""
+    q_rope, k_rope, q_nope, k_nope = inputs
+    dtype, device = q_rope.dtype, q_rope.device
+    q_shape = q_rope.shape
+    if len(q_shape) != 3:
+        fail(RuntimeError, "q_rope", "a 3-D [nnz, num_q_heads, rope_dim] tensor", q_rope)
+    nnz, q_heads, rope_dim = q_shape
+    nope_dim = q_nope.shape[-1]
+    k_dim = k_rope.dim()
+    if k_dim not in (2, 3) or k_nope.dim() != k_dim:
+        fail(
+            RuntimeError,
+            "k_rope and k_nope",
+            "both 2-D (MLA) or both 3-D (GQA/MHA)",
+            f"{k_dim}-D and {k_nope.dim()}-D",
         )
-        for out, x in zip(given, (q_rope, k_rope, q_nope, k_nope)):
-            if ok and out is not None:
-                ok = (
-                    out.dtype == quantize_dtype
-                    and out.shape == x.shape
-                    and out.stride()[-1] == 1
-                    and out.device == device
-                )
-        return ok
-    except (AttributeError, TypeError, ValueError):
-        return False
-
-
-def _check_all(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, quantize_dtype, quant_scale_q,
-               quant_scale_kv, given, k_is_2d):  # fmt: skip
-    """Every check, each failure naming its argument; returns the nope inputs (None made empty)."""
-    tensors = {"q_rope": q_rope, "k_rope": k_rope, "cos_sin_cache": cos_sin_cache, "pos_ids": pos_ids}
-    for name, x in tensors.items():
-        check_tensor(x, name)
-    q_nope = _empty_nope(q_nope, q_rope, "q_nope")
-    k_nope = _empty_nope(k_nope, k_rope, "k_nope")
-    inputs = {"q_rope": q_rope, "k_rope": k_rope, "q_nope": q_nope, "k_nope": k_nope}
-    outputs = dict(zip(("q_rope_out", "k_rope_out", "q_nope_out", "k_nope_out"), given))
-    _check_rope(inputs, outputs, cos_sin_cache, pos_ids, quantize_dtype, k_is_2d)
-    for name, scale in (("quant_scale_q", quant_scale_q), ("quant_scale_kv", quant_scale_kv)):
-        # Host numbers only: reading a tensor would synchronize (and break graph capture).
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-            fail(TypeError, name, "a Python float", scale)
-        if not math.isfinite(scale):
-            fail(ValueError, name, "a finite float", scale)
-    return q_nope, k_nope
+    k_lead = (nnz,) if k_dim == 2 else (nnz, k_rope.shape[1])
+    shapes = (q_shape, (*k_lead, rope_dim), (nnz, q_heads, nope_dim), (*k_lead, nope_dim))
+    if dtype not in _INPUT_DTYPES:
+        fail(
+            RuntimeError,
+            "q_rope",
+            "float16 or bfloat16 (Input dtype must be float16 or bfloat16)",
+            f"dtype {dtype}",
+        )
+    if quantize_dtype not in _FP8_DTYPES:
+        expected = (
+            "torch.float8_e4m3fn or torch.float8_e5m2 (Output dtype must be float8_e4m3fn or float8_e5m2)"
+        )
+        fail(RuntimeError, dtype_arg, expected, describe(quantize_dtype))
+    for name, x, shape, out_name, out in zip(_PARTS, inputs, shapes, _OUTPUTS, outputs):
+        if x.dtype != dtype:
+            fail(
+                RuntimeError,
+                name,
+                f"dtype {dtype} like `q_rope` (all inputs one 16-bit dtype)",
+                f"dtype {x.dtype}",
+            )
+        if x.shape != shape:
+            fail(
+                RuntimeError,
+                name,
+                f"shape {shape} (nnz, head count, rope/nope dim consistent with q_rope, q_nope)",
+                x,
+            )
+        if x.device != device:
+            fail(
+                RuntimeError,
+                name,
+                f"a tensor on {device} (the device of `q_rope`)",
+                f"a tensor on {x.device}",
+            )
+        if shape[-1] > 1 and x.stride()[-1] != 1:
+            fail(RuntimeError, name, "a tensor whose last dimension is contiguous (stride 1)", x)
+        if out is None:
+            continue
+        if out.dtype != quantize_dtype:
+            expected = f"dtype {quantize_dtype} like every output (Output dtype must be float8_e4m3fn or float8_e5m2)"
+            fail(RuntimeError, out_name, expected, f"dtype {out.dtype}")
+        if out.shape != shape:
+            fail(RuntimeError, out_name, f"shape {shape} (the shape of `{name}`)", out)
+        if out.device != device:
+            fail(
+                RuntimeError,
+                out_name,
+                f"a tensor on {device} (the device of `q_rope`)",
+                f"a tensor on {out.device}",
+            )
+        if shape[-1] > 1 and out.stride()[-1] != 1:
+            fail(RuntimeError, out_name, "a tensor whose last dimension is contiguous (stride 1)", out)
+    if rope_dim % 2:
+        fail(RuntimeError, "q_rope", "an even rope_dim", f"rope_dim {rope_dim}")
+    if cache.dtype not in _CACHE_DTYPES:
+        raise ValueError(f"cos_sin_cache should be float32 (or bfloat16), got dtype {cache.dtype}")
+    cache_shape = cache.shape
+    if (
+        len(cache_shape) != 2
+        or cache_shape[1] != rope_dim
+        or cache_shape[0] == 0
+        or not cache.is_contiguous()
+    ):
+        fail(
+            RuntimeError,
+            "cos_sin_cache",
+            f"a contiguous 2-D [max_pos > 0, {rope_dim}] tensor (rows as long as rope_dim)",
+            cache,
+        )
+    if cache.device != device:
+        fail(
+            RuntimeError,
+            "cos_sin_cache",
+            f"a tensor on {device} (the device of `q_rope`)",
+            f"a tensor on {cache.device}",
+        )
+    if pos_ids.dtype not in _POS_DTYPES or pos_ids.shape != (nnz,) or not pos_ids.is_contiguous():
+        fail(RuntimeError, "pos_ids", f"a contiguous int32 or int64 tensor of shape ({nnz},)", pos_ids)
+    if pos_ids.device != device:
+        fail(
+            RuntimeError,
+            "pos_ids",
+            f"a tensor on {device} (the device of `q_rope`)",
+            f"a tensor on {pos_ids.device}",
+        )
 
 
 def mla_rope_quantize_fp8(
@@ -266,91 +329,3 @@ def mla_rope_quantize_fp8(
         k_nope_out,
         enable_pdl,
     )
-
-
-def _empty_nope(nope: torch.Tensor | None, rope: torch.Tensor, name: str) -> torch.Tensor:
-    # FlashInfer turns a missing nope part into an empty tensor (nope_dim == 0).
-    if nope is None:
-        return rope.new_empty((*rope.shape[:-1], 0))
-    check_tensor(nope, name)
-    return nope
-
-
-def _check_rope(inputs, outputs, cos_sin_cache, pos_ids, quantize_dtype, k_is_2d) -> None:
-    """FlashInfer's checks: C++ ones as RuntimeError, Python ones as ValueError."""
-    q_rope = inputs["q_rope"]
-    if q_rope.dim() != 3:
-        fail(RuntimeError, "q_rope", "a 3-D [nnz, num_q_heads, rope_dim] tensor", q_rope)
-    if inputs["q_nope"].dim() != 3:
-        fail(RuntimeError, "q_nope", "a 3-D [nnz, num_q_heads, nope_dim] tensor", inputs["q_nope"])
-    k_ndim = inputs["k_rope"].dim()
-    if k_ndim not in (2, 3) or inputs["k_nope"].dim() != k_ndim:
-        fail(
-            RuntimeError,
-            "k_rope and k_nope",
-            "both 2-D (MLA) or both 3-D (GQA/MHA)",
-            f"{k_ndim}-D and {inputs['k_nope'].dim()}-D",
-        )
-    for name, x in inputs.items():
-        if x.dtype not in _INPUT_DTYPES or x.dtype != q_rope.dtype:
-            fail(
-                RuntimeError,
-                name,
-                "float16 or bfloat16 (Input dtype must be float16 or bfloat16, all the same)",
-                f"dtype {x.dtype}",
-            )
-    if quantize_dtype not in _FP8_DTYPES:
-        fail(
-            RuntimeError,
-            "quantize_dtype",
-            "torch.float8_e4m3fn or torch.float8_e5m2 (Output dtype must be float8_e4m3fn or float8_e5m2)",
-            quantize_dtype,
-        )
-    nnz, q_heads, rope_dim = q_rope.shape
-    nope_dim = inputs["q_nope"].shape[-1]
-    k_heads = 1 if k_is_2d else inputs["k_rope"].shape[1]
-    for name, x in inputs.items():
-        last = rope_dim if "rope" in name else nope_dim
-        heads = q_heads if name.startswith("q") else k_heads
-        expected = (nnz, last) if (name.startswith("k") and k_is_2d) else (nnz, heads, last)
-        if tuple(x.shape) != expected:
-            fail(
-                RuntimeError,
-                name,
-                f"shape {expected} (nnz, head count, rope/nope dim consistent with q_rope, q_nope)",
-                x,
-            )
-        check_last_dim_contiguous(x, name, RuntimeError)
-        check_device(x, name, q_rope.device, "q_rope")
-    for (name, out), x in zip(outputs.items(), inputs.values()):
-        if out is None:
-            continue
-        check_tensor(out, name)
-        if out.dtype != quantize_dtype:
-            fail(
-                RuntimeError,
-                name,
-                f"dtype {quantize_dtype} like every output (Output dtype must be float8_e4m3fn or float8_e5m2)",
-                f"dtype {out.dtype}",
-            )
-        if out.shape != x.shape:
-            fail(RuntimeError, name, f"shape {tuple(x.shape)} (the shape of its input)", out)
-        check_last_dim_contiguous(out, name, RuntimeError)
-        check_device(out, name, q_rope.device, "q_rope")
-    if rope_dim % 2:
-        fail(RuntimeError, "q_rope", "an even rope_dim", f"rope_dim {rope_dim}")
-    if cos_sin_cache.dtype not in _CACHE_DTYPES:
-        raise ValueError(f"cos_sin_cache should be float32 (or bfloat16), got dtype {cos_sin_cache.dtype}")
-    if cos_sin_cache.dim() != 2 or cos_sin_cache.shape[1] != rope_dim or cos_sin_cache.shape[0] == 0:
-        fail(
-            ValueError,
-            "cos_sin_cache",
-            f"a 2-D [max_pos > 0, {rope_dim}] tensor (rows as long as rope_dim)",
-            cos_sin_cache,
-        )
-    if pos_ids.dtype not in (torch.int32, torch.int64) or tuple(pos_ids.shape) != (nnz,):
-        fail(ValueError, "pos_ids", f"an int32 or int64 tensor of shape ({nnz},)", pos_ids)
-    for name, x in (("cos_sin_cache", cos_sin_cache), ("pos_ids", pos_ids)):
-        if not x.is_contiguous():
-            fail(ValueError, name, "a contiguous tensor", x)
-        check_device(x, name, q_rope.device, "q_rope")

@@ -218,11 +218,13 @@ def _strides3(x) -> tuple:
     return strides if len(strides) == 3 else (0, *strides)
 
 
-def _launch(
-    a, b, a_scale, b_scale, rows, out, output_scale, m, n, k, groups, m_hint, layout, scale_block, config
-):
+def _launch(layout, a, b, a_scale, b_scale, rows, out, output_scale, m_hint: int, scale_block: tuple, config):
     """Shared launcher: ``a``/``b``/``out``/scales are 3-D (group, rows, cols), or 2-D and
-    shared by every group (group stride 0, read without making a view)."""
+    shared by every group (group stride 0, read without making a view); ``rows`` is
+    ``m_indices`` (contiguous), ``masked_m`` (masked) or None."""
+    m, k = a.shape[-2:]
+    n = b.shape[-2]
+    groups = b.shape[0] if b.dim() == 3 else 1
     scale_bm, scale_bn, scale_bk = scale_block
     block_k = math.gcd(scale_bk, 128)
     out_fp8 = output_scale is not None
@@ -251,92 +253,53 @@ def _launch(
         fp8_blockwise_kernel[(num_programs,)](*args, **constants, **config)
 
 
-def gemm_groupwise(a, b, a_scale, b_scale, block_m, block_n, block_k, out, output_scale=None, config=None):
+def gemm_groupwise(call, config=None):
     """Launch the dense groupwise-scaled FP8 GEMM ``out = dequant(a) @ dequant(b).T``.
 
     Parameters
     ----------
-    a : torch.Tensor
-        ``[m, k]`` float8.
-    b : torch.Tensor
-        ``[n, k]`` float8.
-    a_scale : torch.Tensor
-        float32 view ``[ceil(m / block_m), ceil(k / block_k)]``, any strides.
-    b_scale : torch.Tensor
-        float32 view ``[ceil(n / block_n), ceil(k / block_k)]``, any strides.
-    block_m, block_n, block_k : int
-        Scale granularity; ``block_k`` must be a multiple of 16 (one K step never straddles
-        two scale blocks).
-    out : torch.Tensor
-        ``[m, n]`` bf16/fp16, or float8_e4m3fn when ``output_scale`` is given; any strides.
-    output_scale : torch.Tensor, optional
-        ``[m, ceil(n / 128)]`` float32, row stride free, last stride 1: the per-block output
-        scales, written here.
+    call : flashinfer.gemm._args.Groupwise
+        ``a (m, k)``, ``b (n, k)`` FP8; the logical scale views (any strides); a granularity whose
+        K block is a multiple of 16 (one K step never straddles two scale blocks); ``out``
+        bf16/fp16, or float8_e4m3fn with ``output_scale`` (``(m, ceil(n / 128))`` float32, last
+        stride 1, written here).
     config : dict, optional
         Fixed ``BLOCK_M``/``BLOCK_N``/``GROUP_M`` (and ``num_warps``/``num_stages``) instead of
         autotuning; with ``output_scale``, ``BLOCK_N`` must be 128.
     """
-    m, k = a.shape
-    n = b.shape[0]
+    scale_block = (call.block_m, call.block_n, call.block_k)
+    a, out, output_scale = call.a, call.out, call.output_scale
     _launch(
-        a, b, a_scale, b_scale, None, out, output_scale, m, n, k, 1, m, DENSE, (block_m, block_n, block_k),
-        config,
-    )  # fmt: skip
+        DENSE, a, call.b, call.a_scale, call.b_scale, None, out, output_scale, a.shape[0], scale_block, config
+    )
 
 
-def group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out, config=None):
+def group_gemm_contiguous(call, config=None):
     """Launch the contiguous grouped GEMM: row ``r`` of ``a`` times group ``m_indices[r]`` of ``b``.
 
     Parameters
     ----------
-    a : torch.Tensor
-        ``[m, k]`` float8_e4m3fn.
-    b : torch.Tensor
-        ``[G, n, k]`` float8_e4m3fn.
-    a_scale : torch.Tensor
-        float32 view ``[m, ceil(k / 128)]``, any strides.
-    b_scale : torch.Tensor
-        float32 view ``[G, ceil(n / 128), ceil(k / 128)]``, any strides.
-    m_indices : torch.Tensor
-        ``[m]`` int32 contiguous; rows with ids outside ``[0, G)`` are left untouched.
-    out : torch.Tensor
-        ``[m, n]`` bf16, any strides.
+    call : flashinfer.gemm._args.GroupedContiguous
+        Rows with ids outside ``[0, G)`` are left untouched.
     config : dict, optional
         Fixed tile parameters instead of autotuning.
     """
-    m, k = a.shape
-    groups, n, _ = b.shape
+    a, b, a_scale, b_scale, m_indices, out = call
     # a, a_scale and out (2-D) are shared by all groups
-    _launch(
-        a, b, a_scale, b_scale, m_indices, out, None, m, n, k, groups, m, CONTIGUOUS, (1, 128, 128), config
-    )
+    _launch(CONTIGUOUS, a, b, a_scale, b_scale, m_indices, out, None, a.shape[0], (1, 128, 128), config)
 
 
-def group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out, config=None):
+def group_gemm_masked(call, config=None):
     """Launch the masked grouped GEMM: ``out[g, r] = dequant(a[g])[r] @ dequant(b[g]).T`` for ``r < masked_m[g]``.
 
     Parameters
     ----------
-    a : torch.Tensor
-        ``[G, m, k]`` float8_e4m3fn; rows past ``masked_m[g]`` are never read.
-    b : torch.Tensor
-        ``[G, n, k]`` float8_e4m3fn.
-    a_scale : torch.Tensor
-        float32 view ``[G, m, ceil(k / 128)]``, any strides.
-    b_scale : torch.Tensor
-        float32 view ``[G, ceil(n / 128), ceil(k / 128)]``, any strides.
-    masked_m : torch.Tensor
-        ``[G]`` int32: valid rows per group (clamped to ``[0, m]`` on the device).
-    expected_m : int
-        Typical ``masked_m`` value; selects the tuned configuration, never the result.
-    out : torch.Tensor
-        ``[G, m, n]`` bf16, any strides; rows past ``masked_m[g]`` are left untouched.
+    call : flashinfer.gemm._args.GroupedMasked
+        Rows past ``masked_m[g]`` (clamped to ``[0, m]`` on the device) are never read or written;
+        ``expected_m`` selects the tuned configuration, never the result.
     config : dict, optional
         Fixed tile parameters instead of autotuning.
     """
-    groups, m, k = a.shape
-    n = b.shape[1]
-    _launch(
-        a, b, a_scale, b_scale, masked_m, out, None, m, n, k, groups, min(expected_m, m), MASKED,
-        (1, 128, 128), config,
-    )  # fmt: skip
+    a, b, a_scale, b_scale, masked_m, expected_m, out = call
+    hint = min(expected_m, a.shape[1])
+    _launch(MASKED, a, b, a_scale, b_scale, masked_m, out, None, hint, (1, 128, 128), config)

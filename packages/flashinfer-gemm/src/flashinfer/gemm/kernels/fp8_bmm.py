@@ -167,25 +167,21 @@ fp8_bmm_tuned = triton.autotune(configs=_configs(), key=["M_BUCKET", "N", "K"])(
 _TUNED = TunedLaunch(fp8_bmm_tuned, varying=("M",))
 
 
-def fp8_bmm(A, B, A_scale, B_scale, out, config=None) -> None:
+def fp8_bmm(call, config=None) -> None:
     """Launch ``out = (A @ B) * A_scale * B_scale`` over all batches in one grid.
 
     Parameters
     ----------
-    A : torch.Tensor
-        ``[batch, m, k]`` float8 (e4m3 or e5m2), any strides.
-    B : torch.Tensor
-        ``[batch, k, n]`` float8 (e4m3 or e5m2), any strides.
-    A_scale, B_scale : torch.Tensor
-        float32 dequantization multipliers: 0-dim (per tensor), or ``[batch, m, 1]`` /
-        ``[batch, 1, n]`` (per channel) views.
-    out : torch.Tensor
-        ``[batch, m, n]`` bf16, fp16 or fp32, any strides; written in place.
+    call : flashinfer.gemm._args.Bmm
+        FP8 ``A (batch, m, k)`` and ``B (batch, k, n)`` (e4m3 or e5m2), any strides; float32
+        scales per tensor or per channel; ``out (batch, m, n)`` bf16, fp16 or fp32, any strides,
+        written in place.
     config : dict, optional
         Fixed tile parameters (``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``, ``GROUP_M`` and optionally
         ``PROGRAMS_PER_SM``, ``num_warps``/``num_stages``) instead of autotuning; the tests use
         small tiles.
     """
+    A, B, out, A_scale, B_scale = call.A, call.B, call.out, call.A_scale, call.B_scale
     batch, m, k = A.shape
     n = B.shape[2]
     # (batch, row) / (batch, column) strides of the scales, read without making views

@@ -76,20 +76,17 @@ def fp8_quantize_kernel(
 _LAUNCH = FastLaunch(fp8_quantize_kernel, varying=("rows", "stride_sr", "stride_sk"))
 
 
-def quantize_blocks(x, block_rows, out, scale) -> None:
-    """Launch the block quantization of ``x`` into ``out`` and ``scale``.
+def quantize_blocks(call) -> None:
+    """Launch the block quantization of ``call.x`` into ``call.out`` and ``call.scale``.
 
     Parameters
     ----------
-    x : torch.Tensor
-        ``[rows, cols]`` bf16/fp16 with ``stride(-1) == 1`` and ``cols % 128 == 0``.
-    block_rows : int
-        1 or 128.
-    out : torch.Tensor
-        ``[rows, cols]`` float8_e4m3fn with ``stride(-1) == 1``.
-    scale : torch.Tensor
-        float32 ``[ceil(rows / block_rows), cols / 128]`` view, any strides.
+    call : flashinfer.gemm._args.QuantizeBlocks
+        ``x (rows, cols)`` bf16/fp16 with ``stride(-1) == 1`` and ``cols % 128 == 0``;
+        ``block_rows`` 1 or 128; ``out (rows, cols)`` float8_e4m3fn with ``stride(-1) == 1``;
+        ``scale`` float32 ``(ceil(rows / block_rows), cols / 128)`` view, any strides.
     """
+    x, block_rows, out, scale = call
     rows, cols = x.shape
     tile_rows = ACTIVATION_TILE_ROWS if block_rows == 1 else block_rows
     grid = (ceil_div(rows, tile_rows), cols // SCALE_COLS)

@@ -534,81 +534,71 @@ def _launch(
     )  # fmt: skip
 
 
-def gemm_groupwise(a, b, a_scale, b_scale, block_m, out, output_scale=None, config=None) -> None:
+def gemm_groupwise(call, config=None) -> None:
     """Launch the dense block-scaled GEMM ``out = dequant(a) @ dequant(b).T`` (granularity
     ``(block_m, 128, 128)``, ``block_m`` 1 or 128).
 
     Parameters
     ----------
-    a : torch.Tensor
-        ``[m, k]`` float8, TMA-readable (see the module docstring).
-    b : torch.Tensor
-        ``[n, k]`` float8, TMA-readable.
-    a_scale : torch.Tensor
-        float32 view ``[ceil(m / block_m), ceil(k / 128)]``, any strides.
-    b_scale : torch.Tensor
-        float32 view ``[ceil(n / 128), ceil(k / 128)]``, any strides.
-    block_m : int
-        Rows per A scale: 1 or 128.
-    out : torch.Tensor
-        ``[m, n]`` bf16/fp16, or float8_e4m3fn with ``output_scale``; any strides.
-    output_scale : torch.Tensor, optional
-        ``[m, ceil(n / 128)]`` float32, last stride 1: the per-block output scales, written here.
+    call : flashinfer.gemm._args.Groupwise
+        TMA-readable FP8 ``a (m, k)`` and ``b (n, k)`` (see the module docstring); the logical
+        scale views (any strides); ``out (m, n)`` bf16/fp16 (any strides), or float8_e4m3fn with
+        ``output_scale`` (``(m, ceil(n / 128))`` float32, last stride 1, written here).
     config : GluonGemmConfig, optional
         A fixed tile instead of :func:`pick_config`'s (FP8 output needs ``sub_n == 128``).
     """
+    a, b, out, output_scale = call.a, call.b, call.out, call.output_scale
     m, k = a.shape
     n = b.shape[0]
-    _launch(a, b, a_scale, b_scale, None, out, output_scale, m, n, k, 1, m, DENSE.value, block_m, config)
+    _launch(
+        a,
+        b,
+        call.a_scale,
+        call.b_scale,
+        None,
+        out,
+        output_scale,
+        m,
+        n,
+        k,
+        1,
+        m,
+        DENSE.value,
+        call.block_m,
+        config,
+    )
 
 
-def group_gemm_contiguous(a, b, a_scale, b_scale, m_indices, out, config=None) -> None:
+def group_gemm_contiguous(call, config=None) -> None:
     """Launch the contiguous grouped GEMM: row ``r`` of ``a`` times group ``m_indices[r]`` of ``b``.
 
     Parameters
     ----------
-    a : torch.Tensor
-        ``[m, k]`` float8_e4m3fn, TMA-readable.
-    b : torch.Tensor
-        ``[G, n, k]`` float8_e4m3fn, TMA-readable (groups packed).
-    a_scale : torch.Tensor
-        float32 view ``[m, ceil(k / 128)]``, any strides.
-    b_scale : torch.Tensor
-        float32 view ``[G, ceil(n / 128), ceil(k / 128)]``, any strides.
-    m_indices : torch.Tensor
-        ``[m]`` int32 contiguous; rows with ids outside ``[0, G)`` are neither computed nor written.
-    out : torch.Tensor
-        ``[m, n]`` bf16, any strides.
+    call : flashinfer.gemm._args.GroupedContiguous
+        TMA-readable ``a (m, k)`` and ``b (G, n, k)`` (groups packed); rows with ids outside
+        ``[0, G)`` are neither computed nor written; ``out`` has any strides.
     config : GluonGemmConfig, optional
         A fixed 128-row tile instead of :func:`pick_config`'s.
     """
+    a, b, a_scale, b_scale, m_indices, out = call
     m, k = a.shape
     groups, n, _ = b.shape
     _launch(a, b, a_scale, b_scale, m_indices, out, None, m, n, k, groups, m, CONTIGUOUS.value, 1, config)
 
 
-def group_gemm_masked(a, b, a_scale, b_scale, masked_m, expected_m, out, config=None) -> None:
+def group_gemm_masked(call, config=None) -> None:
     """Launch the masked grouped GEMM: ``out[g, r] = dequant(a[g])[r] @ dequant(b[g]).T`` for ``r < masked_m[g]``.
 
     Parameters
     ----------
-    a : torch.Tensor
-        ``[G, m, k]`` float8_e4m3fn, TMA-readable (groups packed).
-    b : torch.Tensor
-        ``[G, n, k]`` float8_e4m3fn, TMA-readable.
-    a_scale : torch.Tensor
-        float32 view ``[G, m, ceil(k / 128)]``, any strides.
-    b_scale : torch.Tensor
-        float32 view ``[G, ceil(n / 128), ceil(k / 128)]``, any strides.
-    masked_m : torch.Tensor
-        ``[G]`` int32: valid rows per group (clamped to ``[0, m]`` on the device).
-    expected_m : int
-        Typical ``masked_m`` value: picks the tile, never the result.
-    out : torch.Tensor
-        ``[G, m, n]`` bf16, any strides; rows past ``masked_m[g]`` are left untouched.
+    call : flashinfer.gemm._args.GroupedMasked
+        TMA-readable ``a (G, m, k)`` (groups packed) and ``b (G, n, k)``; ``masked_m`` is clamped
+        to ``[0, m]`` on the device; ``expected_m`` picks the tile, never the result; rows past
+        ``masked_m[g]`` of ``out`` (any strides) are left untouched.
     config : GluonGemmConfig, optional
         A fixed tile instead of :func:`pick_config`'s.
     """
+    a, b, a_scale, b_scale, masked_m, expected_m, out = call
     groups, m, k = a.shape
     n = b.shape[1]
     m_hint = max(1, min(expected_m, m))

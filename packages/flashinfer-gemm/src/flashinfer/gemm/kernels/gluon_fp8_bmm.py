@@ -224,23 +224,19 @@ def _out_layout(dtype: torch.dtype, sub_n: int):
     return gl.NVMMASharedLayout.get_default_for([1, SUB_M.value, sub_n], _GL_DTYPES[dtype])
 
 
-def fp8_bmm(A, B, A_scale, B_scale, out, config=None) -> None:
+def fp8_bmm(call, config=None) -> None:
     """Launch ``out = (A @ B) * A_scale * B_scale`` over all batches in one persistent grid.
 
     Parameters
     ----------
-    A : torch.Tensor
-        ``[batch, m, k]`` float8 (e4m3 or e5m2) in the layout of the module docstring.
-    B : torch.Tensor
-        ``[batch, k, n]`` float8, column-major.
-    A_scale, B_scale : torch.Tensor
-        float32 dequantization multipliers: 0-dim (per tensor), or ``[batch, m, 1]`` /
-        ``[batch, 1, n]`` (per channel) views.
-    out : torch.Tensor
-        ``[batch, m, n]`` bf16 or fp16; written in place.
+    call : flashinfer.gemm._args.Bmm
+        FP8 ``A (batch, m, k)`` and column-major ``B (batch, k, n)`` (e4m3 or e5m2) in the layout
+        of the module docstring; float32 scales per tensor or per channel; ``out (batch, m, n)``
+        bf16 or fp16, written in place.
     config : GluonBmmConfig, optional
         A fixed tile instead of :func:`pick_config`'s.
     """
+    A, B, out, A_scale, B_scale = call.A, call.B, call.out, call.A_scale, call.B_scale
     batch, m, k = A.shape
     n = B.shape[2]
     if config is None:

@@ -47,6 +47,7 @@ merges them.
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import triton
 import triton.language as tl
@@ -451,70 +452,58 @@ _COMBINE = FastLaunch(mla_combine_kernel)
 
 
 def _scale_arg(scale):
-    # (kernel argument, on-device flag): a 0-dim tensor is read in the kernel, never on the host
+    # (kernel argument, on-device flag): a one-element tensor is read in the kernel (as a 0-dim
+    # view), never on the host
     if isinstance(scale, float | int):
         return float(scale), False
-    return scale, True
+    return (scale if scale.dim() == 0 else scale.view(())), True
 
 
-def mla_decode(
-    query,
-    kv,
-    key_list,
-    seq_lens,
-    bmm1_scale,
-    bmm2_scale,
-    sinks,
-    out,
-    lse,
-    workspace,
-    plan,
-    page_size,
-    num_kv_rows,
-    stride_kv_row,
-    stride_kv_tok,
-    *,
-    packed=False,
-    length_mode=0,
-):
-    """Launch the decode kernel (and the combine when split) on validated arguments.
+class KeyRows(NamedTuple):
+    """How a decode kernel walks the cache: rows of a flat pool (sparse) or pages (dense)."""
+
+    page_size: int  # 0: the table holds token slots of the flat pool
+    num_kv_rows: int  # slots (sparse) or pages (dense) that exist
+    stride_kv_row: int  # elements between slots (sparse) or pages (dense)
+    stride_kv_tok: int  # elements between the rows of a page (dense), 0 (sparse)
+    list_width: int  # positions one table row can address
+
+
+def key_rows(call, paged: bool) -> KeyRows:
+    """The cache geometry of a validated decode call, read through its strides (no view).
+
+    ``paged``: whether ``call.table`` holds page ids (dense decode) or token slots of the flat
+    ``[pages * page_size, D]`` pool, whose rows are page rows (or pages, for page_size 1).
+    """
+    kv, table = call.kv_cache, call.table
+    pages, page_size = kv.shape[0], kv.shape[-2]
+    page_stride, row_stride = kv.stride(0), kv.stride(-2)
+    if paged:
+        return KeyRows(page_size, pages, page_stride, row_stride, table.shape[-1] * page_size)
+    return KeyRows(0, pages * page_size, row_stride if page_size > 1 else page_stride, 0, table.shape[-1])
+
+
+def mla_decode(call, rows: KeyRows, *, packed: bool = False, length_mode: int = 0) -> None:
+    """Launch the decode kernel (and the combine when split) on a validated call.
 
     Parameters
     ----------
-    query : torch.Tensor
-        ``(B, q_len, H, D)`` bf16 or e4m3, last dim contiguous.
-    kv : torch.Tensor
-        The key pool; rows are addressed as ``row * stride_kv_row + tok * stride_kv_tok``.
-    key_list : torch.Tensor
-        int32 ``(B, q_len, topk)`` slot indices (``page_size == 0``) or ``(B, max_pages)``
-        block table; rows contiguous.
-    seq_lens : torch.Tensor or None
-        int32 ``(B,)`` (``length_mode`` 0), ``(B * q_len,)`` (1), ignored (2).
-    bmm1_scale, bmm2_scale : float or torch.Tensor
-        Python floats or 0-dim float32 device tensors.
-    sinks : torch.Tensor or None
-        float32 ``(H,)``.
-    out : torch.Tensor
-        bf16 ``(B, q_len, H, D_V)``, last dim contiguous.
-    lse : torch.Tensor or None
-        float32 ``(B, q_len, H)`` view.
-    workspace : torch.Tensor
-        1-D int8/uint8 scratch, not zeroed.
-    plan : DecodePlan
-        From :func:`plan_decode`.
-    page_size : int
-        0 for a top-k slot list, else the page size of the block table.
-    num_kv_rows : int
-        ``S`` (slots) or ``P`` (pages): the valid range of list entries.
-    stride_kv_row, stride_kv_tok : int
-        Element strides of a slot/page and of a token inside a page.
+    call : flashinfer.mla._args.Decode
+        Its ``plan`` is a :class:`DecodePlan` from :func:`plan_decode`; ``query`` bf16 or e4m3;
+        ``table`` the slot indices (sparse) or the block table (paged), rows contiguous.
+    rows : KeyRows
+        :func:`key_rows` of the call.
     packed : bool
-        ``kv`` is the uint8 pool of 656-byte packed rows (bf16 query, ``bmm2_scale`` 1.0); the
+        ``call.kv_cache`` holds the 656-byte packed rows (bf16 query, ``bmm2_scale`` 1.0); the
         LSE then includes the sinks and is ``-inf`` for an empty row.
     length_mode : int
         How many list entries token ``t`` of request ``b`` considers: 0 ``seq_lens[b] - (q_len - 1
-        - t)``, 1 ``seq_lens[b * q_len + t]``, 2 all of them.
+        - t)``, 1 ``seq_lens[b * q_len + t]``, 2 all of them (``seq_lens`` may be None).
     """
+    query, table, out, lse, sinks, workspace, plan = (
+        call.query, call.table, call.out, call.lse3, call.sinks, call.workspace, call.plan
+    )  # fmt: skip
+    kv = call.pool if rows.page_size == 0 else call.pages  # the rows the key offsets address
     batch, q_len, heads, dim = query.shape
     d_v = out.shape[-1]
     fp8 = query.element_size() == 1
@@ -526,24 +515,25 @@ def mla_decode(
     if num_splits > 1:
         num_splits = _workspace_splits(num_splits, part_rows, d_v, workspace.numel())
     workspace_pad = (-workspace.data_ptr()) % 16
-    scale1, scale1_on_device = _scale_arg(bmm1_scale)
-    scale2, scale2_on_device = _scale_arg(bmm2_scale)
+    scale1, scale1_on_device = _scale_arg(call.bmm1_scale)
+    scale2, scale2_on_device = _scale_arg(call.bmm2_scale)
     has_sinks = sinks is not None
     has_lse = lse is not None
     lse_arg = lse if has_lse else out
     lse_strides = lse.stride() if has_lse else (0, 0, 0)
+    seq_lens = call.seq_lens
     if seq_lens is None:  # never read (length_mode 2): any int32 tensor stands in
-        seq_lens = key_list
+        seq_lens = table
     sinks_arg = sinks if has_sinks else seq_lens
     _DECODE.launch(
         (batch * q_len * plan.head_blocks * num_splits,),
-        query, kv, key_list, seq_lens, sinks_arg, scale1, scale2,
+        query, kv, table, seq_lens, sinks_arg, scale1, scale2,
         out, lse_arg, workspace, workspace_pad,
-        q_len, heads, key_list.shape[-1] * max(page_size, 1), num_kv_rows, num_splits,
-        query.stride(0), query.stride(1), query.stride(2), stride_kv_row, stride_kv_tok,
-        key_list.stride(-2),
+        q_len, heads, rows.list_width, rows.num_kv_rows, num_splits,
+        query.stride(0), query.stride(1), query.stride(2), rows.stride_kv_row, rows.stride_kv_tok,
+        table.stride(-2),
         *out.stride()[:3], *lse_strides,
-        D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=page_size,
+        D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=rows.page_size,
         BLOCK_H=config.block_h, BLOCK_N=config.block_n, SPLIT=num_splits > 1,
         HAS_SINKS=has_sinks, HAS_LSE=has_lse,
         SCALE1_ON_DEVICE=scale1_on_device, SCALE2_ON_DEVICE=scale2_on_device,

@@ -227,40 +227,18 @@ def _token_head(k):
 _ROPE_QUANTIZE = FastLaunch(rope_quantize_kernel)
 
 
-def rope_quantize(
-    q_rope,
-    k_rope,
-    q_nope,
-    k_nope,
-    cos_sin_cache,
-    pos_ids,
-    is_neox,
-    quant_scale_q,
-    quant_scale_kv,
-    q_rope_out,
-    k_rope_out,
-    q_nope_out,
-    k_nope_out,
-):
-    """Launch :func:`rope_quantize_kernel` on normalized, validated arguments.
+def rope_quantize(call) -> None:
+    """Launch :func:`rope_quantize_kernel` on a validated call.
 
     Parameters
     ----------
-    q_rope, k_rope, q_nope, k_nope : torch.Tensor
-        ``(nnz, Hq, R)``, ``(nnz, Hk, R)``, ``(nnz, Hq, N)``, ``(nnz, Hk, N)`` fp16/bf16 with
-        ``stride(-1) == 1`` (or last dim <= 1); ``N`` may be 0. The K tensors may be 2-D
-        ``(nnz, R)`` / ``(nnz, N)`` (one head), as may their outputs.
-    cos_sin_cache : torch.Tensor
-        ``(max_pos, R)`` float32 or bf16, contiguous.
-    pos_ids : torch.Tensor
-        ``(nnz,)`` int32 or int64, contiguous.
-    is_neox : bool
-        NeoX (split halves) or interleaved pairs.
-    quant_scale_q, quant_scale_kv : float
-        Quantization multipliers.
-    q_rope_out, k_rope_out, q_nope_out, k_nope_out : torch.Tensor
-        FP8 outputs shaped like the inputs, written in place.
+    call : flashinfer.mla._args.Rope
+        fp16/bf16 ``q_rope (nnz, Hq, R)``, ``q_nope (nnz, Hq, N)`` and K parts (3-D, or 2-D for one
+        head), ``stride(-1) == 1`` (or last dim <= 1), N may be 0; the cos/sin cache and
+        positions; FP8 outputs shaped like the inputs, written in place.
     """
+    (q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, quant_scale_q, quant_scale_kv,
+     q_rope_out, k_rope_out, q_nope_out, k_nope_out) = call  # fmt: skip
     nnz, num_q_heads, rope_dim = q_rope.shape
     num_k_heads = k_rope.shape[1] if k_rope.dim() == 3 else 1
     nope_dim = q_nope.shape[2]

@@ -1,0 +1,119 @@
+"""The NVIDIA path sends its kernels exactly what the version that ran on the H200 sent them.
+
+``launch_protocol.py`` records, on CPU with a stubbed device, every launch (Triton kernels through
+``FastLaunch``/``TunedLaunch``, ``torch._scaled_mm``, ``torch.bmm``) of 273 public calls: FP8 and
+BF16 decode, sparse and paged, split and not, sinks, LSE, float and tensor scales, strided outputs,
+the packed cache, RoPE, every GEMM API, on a stubbed H200 (auto, tl and gluon tiers, few
+multiprocessors), L40 and A100. ``launch_protocol_main.jsonl`` is that record taken from main at
+09113a1, whose Gluon MLA decode and Gluon GEMM kernels ran on an H200. Grid, every positional
+argument (tensors by which caller tensor they are, byte offset, shape, strides and dtype; TMA
+descriptors by every field) and every keyword argument must be equal, but for the deliberate
+changes listed in :data:`CHANGES` (each says why).
+
+This guards the launch protocol of kernels CI cannot run: a refactoring of the host code that
+changes what a kernel receives fails here. Record a new reference only for a deliberate change,
+with the change written into :data:`CHANGES` or the reference re-recorded from a GPU-validated
+commit (``python tests/core/launch_protocol.py --out tests/core/launch_protocol_main.jsonl``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from launch_protocol import loads
+
+HERE = Path(__file__).parent
+GLUON_DECODE_COMBINE = "flashinfer.mla.kernels.mla_decode_gluon._COMBINE"
+
+
+def _combine_takes_sink_in_lse(launch: dict) -> dict:
+    """main's Gluon decode launched the shared combine kernel without its ``SINK_IN_LSE`` constexpr
+    (added with the packed cache, which only the portable kernel serves): Triton raises for the
+    missing argument, so every split Gluon decode failed. The 576-wide form keeps the LSE
+    without sinks: ``SINK_IN_LSE=False``."""
+    if launch["launcher"] != GLUON_DECODE_COMBINE:
+        return launch
+    return {**launch, "kwargs": {**launch["kwargs"], "SINK_IN_LSE": False}}
+
+
+# Deliberate differences from the reference record: (why, launch -> expected launch).
+CHANGES = [_combine_takes_sink_in_lse]
+
+
+def expected_record() -> dict:
+    reference = loads((HERE / "launch_protocol_main.jsonl").read_text())
+    for change in CHANGES:
+        reference = {
+            case: [change(launch) for launch in launches] if isinstance(launches, list) else launches
+            for case, launches in reference.items()
+        }
+    return reference
+
+
+@pytest.fixture(scope="module")
+def record() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "FLASHINFER_KERNEL_TIER")}
+    result = subprocess.run(
+        [sys.executable, str(HERE / "launch_protocol.py"), "--out", "-"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return loads(result.stdout)
+
+
+def test_every_reference_case_is_recorded(record):
+    assert sorted(record) == sorted(expected_record())
+
+
+def test_launches_match_the_reference(record):
+    expected = expected_record()
+    differing = [case for case in expected if record.get(case) != expected[case]]
+    assert not differing, (
+        f"{len(differing)} calls launch differently, first: {differing[0]}\n"
+        + _first_difference(expected[differing[0]], record.get(differing[0]))
+    )
+
+
+def test_the_record_covers_every_launcher(record):
+    launchers = {
+        launch["launcher"]
+        for launches in record.values()
+        if isinstance(launches, list)
+        for launch in launches
+    }
+    assert {
+        "flashinfer.mla.kernels.mla_decode_gluon._DECODE",
+        GLUON_DECODE_COMBINE,
+        "flashinfer.mla.kernels.mla_decode._DECODE",
+        "flashinfer.mla.kernels.mla_decode._COMBINE",
+        "flashinfer.mla.kernels.rope_quantize._ROPE_QUANTIZE",
+        "flashinfer.gemm.kernels.gluon_fp8_blockwise._LAUNCH",
+        "flashinfer.gemm.kernels.gluon_fp8_bmm._LAUNCH",
+        "flashinfer.gemm.kernels.fp8_blockwise._TUNED",
+        "flashinfer.gemm.kernels.fp8_bmm._TUNED",
+        "flashinfer.gemm.kernels.fp8_quantize._LAUNCH",
+        "torch._scaled_mm",
+    } <= launchers
+
+
+def _first_difference(expected, got, path="") -> str:
+    if type(expected) is not type(got):
+        return f"{path}: expected {expected!r}, got {got!r}"
+    if isinstance(expected, dict):
+        for key in sorted(set(expected) | set(got)):
+            if expected.get(key) != got.get(key):
+                return _first_difference(expected.get(key), got.get(key), f"{path}/{key}")
+    if isinstance(expected, list):
+        if len(expected) != len(got):
+            return f"{path}: {len(expected)} items expected, {len(got)} recorded"
+        for i, (e, g) in enumerate(zip(expected, got)):
+            if e != g:
+                return _first_difference(e, g, f"{path}[{i}]")
+    return f"{path}: expected {expected!r}, got {got!r}"
