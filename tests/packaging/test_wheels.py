@@ -106,6 +106,9 @@ def test_all_in_different_orders(make_env):
         env.python_ok(IMPORT_ALL + ";" + IMPORT_GEMM + ";" + IMPORT_MLA)
         report = check_show_config(env)
         assert "flashinfer-gemm" in report and "reference" in report
+        # the console script the metapackage installs, named as invoked
+        version = check([env.path / "bin" / "flashinfer", "--version"], cwd=env.path)
+        assert version.strip() == "flashinfer 0.6.17+musa"
 
 
 def check_show_config(env) -> str:

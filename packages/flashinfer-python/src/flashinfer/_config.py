@@ -1,4 +1,5 @@
-"""What ``python -m flashinfer show-config`` prints, and the README's routing tables.
+"""What the ``flashinfer`` command prints (``show-config``, ``list-modules``, ``module-status``),
+and the README's routing tables.
 
 Everything in the report is read from this process: installed distributions, the optional
 runtimes (found without importing MATE), the devices PyTorch sees, and for each op and device
@@ -13,17 +14,26 @@ import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import os
 import platform
 
 import torch
 
-from ._core import dispatch
+from . import api_logging
+from ._core import dispatch, kernel_tier
 from ._core import mate as mate_loader
 
 DISTRIBUTIONS = ("flashinfer-python", "flashinfer-core", "flashinfer-gemm", "flashinfer-mla")
 # op package -> its dispatch module (ROUTES, BACKEND_TABLES)
 OP_PACKAGES = {"flashinfer.gemm": "flashinfer.gemm._dispatch", "flashinfer.mla": "flashinfer.mla._dispatch"}
 DEVICE_COLUMNS = (("reference", "CPU and other devices"), ("cuda", "CUDA"), ("mate", "MUSA"))
+# the environment variables this package reads, and what they do
+ENVIRONMENT = (
+    (api_logging.LOG_LEVEL_ENV, "API-call logging: 0 (off), 1, 3, 5 (FlashInfer's levels)"),
+    (api_logging.LOG_DEST_ENV, "where API calls are logged: stdout, stderr or a file (%i: process id)"),
+    (dispatch.FORCE_REFERENCE_ENV, "1: every device runs the PyTorch reference"),
+    (kernel_tier.KERNEL_TIER_ENV, "CUDA kernel tier: auto, gluon (Hopper) or tl (portable Triton)"),
+)
 
 
 def _version(dist: str) -> str:
@@ -89,11 +99,10 @@ def show_config() -> str:
     lines += [f"  {d:<20} {_version(d)}" for d in DISTRIBUTIONS]
     lines += ["", "Runtimes:"]
     lines += [f"  {name:<20} {value}" for name, value in _runtimes()]
-    forced = dispatch.force_reference()
-    lines += [
-        "",
-        f"{dispatch.FORCE_REFERENCE_ENV}: {'set (every device runs the reference)' if forced else 'not set'}",
-    ]
+    lines += ["", "Environment variables:"]
+    for name, meaning in ENVIRONMENT:
+        value = os.environ.get(name)
+        lines.append(f"  {name:<26} {'not set' if value is None else repr(value):<12} {meaning}")
     devices = _devices()
     lines += ["", "Devices:"]
     lines += [f"  {str(d):<20} {_device_name(d)}" for d in devices]
@@ -138,3 +147,64 @@ def routes_markdown() -> str:
             rules = "; ".join(f"`{name}`: {rule}" for name, rule in table.notes.items()) or "none"
             lines.append(f"| `{table.function}` | {names} | {rules} |")
     return "\n".join(lines)
+
+
+def _ops():
+    """``(package name, op, {kind: what runs}, its function names)`` of every op here."""
+    for package, routing in _op_packages():
+        for op, by_kind in routing.ROUTES.items():
+            functions = [name.strip().split(" ")[0] for name in op.split(",")]
+            yield package.__name__, op, by_kind, functions
+
+
+def list_ops() -> str:
+    """``list-modules``: the ops by package, with the backend names each function accepts."""
+    tables = {t.function: t for _, routing in _op_packages() for t in routing.BACKEND_TABLES}
+    lines, current = [], None
+    for package, op, _, functions in _ops():
+        if package != current:
+            lines += [""] * bool(lines) + [f"{package}:"]
+            current = package
+        names = sorted({n for f in functions if f in tables for n in tables[f].names})
+        lines.append(f"  {op}" + (f"  [backend: {', '.join(names)}]" if names else ""))
+    return "\n".join(lines)
+
+
+def describe_op(name: str) -> str | None:
+    """``list-modules OP``: what each implementation runs for ``name`` (None: no such op)."""
+    rows = [(package, op, by_kind) for package, op, by_kind, functions in _ops() if name in functions]
+    if not rows:
+        return None
+    lines = [f"{name} ({rows[0][0]})"]
+    for _, routing in _op_packages():
+        for table in routing.BACKEND_TABLES:
+            if table.function == name and table.names:
+                lines.append(f"  backend names: {', '.join(table.names)}")
+                lines += [f"  `{n}`: {rule}" for n, rule in table.notes.items()]
+    for _, op, by_kind in rows:
+        lines.append(f"  {op}:")
+        lines += [f"    {title}: {by_kind[kind]}" for kind, title in DEVICE_COLUMNS]
+    return "\n".join(lines)
+
+
+def _tier(device: torch.device) -> str:
+    if device.type != "cuda":
+        return ""
+    try:
+        gluon = kernel_tier.use_gluon(device)
+    except Exception as error:  # FLASHINFER_KERNEL_TIER asks for a tier this device cannot run
+        return f" (kernel tier: {error})"
+    return " (kernel tier: Gluon on Hopper where an op has a Gluon kernel)" if gluon else " (kernel tier: tl)"
+
+
+def op_status(detailed: bool = False, kind: str | None = None) -> str:
+    """``module-status``: which implementation serves each op on each device present."""
+    lines = []
+    for device in _devices():
+        served = dispatch.implementation_kind(device)
+        if kind is not None and served != kind:
+            continue
+        lines += [""] * bool(lines) + [f"{device} -> {served}{_tier(device)}{_implementation_note(served)}"]
+        for _, op, by_kind, _ in _ops():
+            lines.append(f"  {op}" + (f": {by_kind[served]}" if detailed else ""))
+    return "\n".join(lines) if lines else f"no device here is served by {kind}"

@@ -9,7 +9,7 @@ normalized arguments (``docs/internals.md``):
 
 A package lists them in one explicit mapping from implementation kind to a function that
 imports the module (lazily: importing a package never imports Triton or MATE), e.g.
-``Dispatcher(reference=load_reference, cuda=load_cuda, mate=load_mate)`` in
+``Dispatcher("flashinfer.gemm", reference=load_reference, cuda=load_cuda, mate=load_mate)`` in
 ``flashinfer/gemm/_dispatch.py``. Backend *names* only select rules inside the API layer, never
 a module. ``FLASHINFER_FORCE_REFERENCE=1`` forces the reference on every device, for debugging
 and parity checks; it is read once, at import (set it before starting Python).
@@ -24,6 +24,8 @@ from types import ModuleType
 from typing import NamedTuple
 
 import torch
+
+from .fallback import warn_reference
 
 FORCE_REFERENCE_ENV = "FLASHINFER_FORCE_REFERENCE"
 KINDS = ("reference", "cuda", "mate")
@@ -48,6 +50,14 @@ class Routing(NamedTuple):
         if kind == "cuda" and not _triton_present():
             return "reference"
         return kind
+
+    def why_reference(self, device_type: str) -> str:
+        """Why a device of this type runs the reference (for the one warning that says so)."""
+        if self.force_reference:
+            return f"{FORCE_REFERENCE_ENV}=1 is set"
+        if self.device_kinds.get(device_type) == "cuda":
+            return "Triton is not installed (pip install 'flashinfer-python[triton]')"
+        return f"no implementation serves {device_type} devices"
 
     def routed(self, device_type: str, kind: str) -> Routing:
         """A copy that sends ``device_type`` to ``kind`` (tests route CPU tensors to ``mate``)."""
@@ -86,6 +96,8 @@ class Dispatcher:
 
     Parameters
     ----------
+    package : str
+        The op package (``flashinfer.gemm``), for the warning when a GPU runs the reference.
     reference, cuda, mate : callable
         Functions returning the package's ``_reference``, ``_cuda`` and ``_mate`` modules; each
         imports its module on first use (``from . import _cuda``).
@@ -93,11 +105,13 @@ class Dispatcher:
 
     def __init__(
         self,
+        package: str,
         *,
         reference: Callable[[], ModuleType],
         cuda: Callable[[], ModuleType],
         mate: Callable[[], ModuleType],
     ):
+        self.package = package
         self.loaders = {"reference": reference, "cuda": cuda, "mate": mate}
         self._routing: Routing | None = None
         self._modules: dict = {}  # device -> module
@@ -124,6 +138,8 @@ class Dispatcher:
         if self._routing is not ROUTING:
             self._routing, self._modules, self._kinds = ROUTING, {}, {}
         kind = ROUTING.kind(device.type)
+        if kind == "reference":
+            warn_reference(f"every {self.package} op", device, ROUTING.why_reference(device.type))
         module = self._modules[device] = self.loaders[kind]()
         self._kinds[device] = kind
         return module

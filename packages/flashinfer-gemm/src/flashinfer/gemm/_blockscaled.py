@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flashinfer._core.backends import gated
+from flashinfer.api_logging import flashinfer_api
 
 from ._backends import GEMM_FP8_NT_BLOCKSCALED
 from ._groupwise import gemm_fp8_nt_groupwise
@@ -10,6 +11,7 @@ from ._groupwise import gemm_fp8_nt_groupwise
 _BLOCK_GRANULARITY = (128, 128, 128)
 
 
+@flashinfer_api
 @gated(GEMM_FP8_NT_BLOCKSCALED)
 def gemm_fp8_nt_blockscaled(
     a,

@@ -6,6 +6,7 @@ import torch
 
 from flashinfer._core.backends import gated
 from flashinfer._core.checks import check_no_overlap, describe, fail, require_tensors
+from flashinfer.api_logging import flashinfer_api
 
 from ._args import Bmm
 from ._backends import BMM_BF16, BMM_FP8
@@ -47,6 +48,7 @@ def _check_operands(
         check_no_overlap(out, "out", _INPUTS, A, B, A_scale, B_scale)
 
 
+@flashinfer_api
 @gated(BMM_BF16)
 def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_check=False):
     """Batched 16-bit GEMM: ``out[i] = A[i] @ B[i]``, accumulated in float32, cast once.
@@ -159,6 +161,7 @@ def _check_scale(scale, arg: str, device, batch: int, rows: int) -> None:
         fail(ValueError, arg, expected, f"shape {tuple(shape)}")
 
 
+@flashinfer_api
 @gated(BMM_FP8)
 def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_check=False):
     """Batched FP8 GEMM: ``out[i] = cast((A[i].float() @ B[i].float()) * A_scale * B_scale)``.

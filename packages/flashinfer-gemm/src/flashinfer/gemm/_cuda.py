@@ -30,6 +30,7 @@ import os
 import torch
 
 from flashinfer._core.constants import FP8_TENSOR_CORE_CAPABILITY
+from flashinfer._core.fallback import warn_reference
 from flashinfer._core.kernel_tier import KERNEL_TIER_ENV, use_gluon
 from flashinfer.utils import get_compute_capability
 
@@ -49,6 +50,14 @@ GLUON_IN_AUTO = False
 
 def _has_fp8_mma(device: torch.device) -> bool:
     return get_compute_capability(device) >= FP8_TENSOR_CORE_CAPABILITY
+
+
+def _no_fp8_mma(op: str, device: torch.device) -> None:
+    major, minor = get_compute_capability(device)
+    needed = ".".join(map(str, FP8_TENSOR_CORE_CAPABILITY))
+    warn_reference(
+        op, device, f"FP8 tensor cores need compute capability {needed}+, this GPU has {major}.{minor}"
+    )
 
 
 @functools.cache
@@ -88,6 +97,7 @@ def bmm(call) -> None:
         return
     A, B, out = call.A, call.B, call.out
     if not _has_fp8_mma(A.device):
+        _no_fp8_mma("bmm_fp8", A.device)
         _reference.bmm(call)
         return
     A_scale, B_scale = call.A_scale, call.B_scale
@@ -173,6 +183,7 @@ def gemm_groupwise(call) -> None:
     a, b, out, output_scale = call.a, call.b, call.out, call.output_scale
     block_m, block_n, block_k = call.block_m, call.block_n, call.block_k
     if not _has_fp8_mma(a.device):
+        _no_fp8_mma("gemm_fp8_nt_groupwise", a.device)
         _reference.gemm_groupwise(call)
     elif (
         _gluon_groupwise_takes(a, b, block_m, block_n, block_k)
@@ -250,6 +261,7 @@ def group_gemm_contiguous(call) -> None:
     """Contiguous grouped FP8 GEMM (:class:`~._args.GroupedContiguous`)."""
     a, b = call.a, call.b
     if not _has_fp8_mma(a.device):
+        _no_fp8_mma("group_deepgemm_fp8_nt_groupwise", a.device)
         _reference.group_gemm_contiguous(call)
     elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_IN_AUTO):
         _gluon_blockwise().group_gemm_contiguous(call)
@@ -267,6 +279,7 @@ def group_gemm_masked(call) -> None:
     """Masked grouped FP8 GEMM (:class:`~._args.GroupedMasked`)."""
     a, b = call.a, call.b
     if not _has_fp8_mma(a.device):
+        _no_fp8_mma("batch_deepgemm_fp8_nt_groupwise", a.device)
         _reference.group_gemm_masked(call)
     elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_IN_AUTO):
         _gluon_blockwise().group_gemm_masked(call)
@@ -281,6 +294,7 @@ def group_gemm_segments(call) -> None:
     one group id per row on the device, then the contiguous grouped kernel runs."""
     rows = contiguous_rows(call)
     if not _has_fp8_mma(call.a.device):
+        _no_fp8_mma("group_gemm_fp8_nt_groupwise", call.a.device)
         _reference.group_gemm_contiguous(rows)
         return
     from flashinfer.gemm.kernels import fp8_blockwise
@@ -291,6 +305,7 @@ def group_gemm_segments(call) -> None:
 def quantize_fp8_blocks(call) -> None:
     """FP8 E4M3 quantization per ``block_rows x 128`` block (:class:`~._args.QuantizeBlocks`)."""
     if not _has_fp8_mma(call.x.device):
+        _no_fp8_mma("fp8_blockscale_gemm_sm90 (its FP8 quantization)", call.x.device)
         _reference.quantize_fp8_blocks(call)
         return
     from flashinfer.gemm.kernels import fp8_quantize

@@ -30,7 +30,7 @@ def _load_mate():
     return _mate
 
 
-DISPATCH = Dispatcher(reference=_load_reference, cuda=_load_cuda, mate=_load_mate)
+DISPATCH = Dispatcher("flashinfer.gemm", reference=_load_reference, cuda=_load_cuda, mate=_load_mate)
 
 _FP8_BELOW_SM89 = "; the reference below compute capability 8.9"
 # the Gluon GEMMs are not timed yet: they run only when FLASHINFER_KERNEL_TIER=gluon asks (gemm/_cuda.py)

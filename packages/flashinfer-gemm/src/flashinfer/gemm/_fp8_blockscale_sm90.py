@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from flashinfer._core.checks import check_no_overlap, fail, require_tensors
+from flashinfer.api_logging import flashinfer_api
 from flashinfer.utils import ceil_div
 
 from ._args import Groupwise, QuantizeBlocks
@@ -137,6 +138,7 @@ def _wrong_device(x, arg: str, device) -> None:
     fail(ValueError, arg, f"a tensor on {device} (the device of `input`)", f"a tensor on {x.device}")
 
 
+@flashinfer_api
 def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None, out=None, out_dtype=None):
     """Block-scaled FP8 GEMM ``out = dequant(input) @ dequant(weight).T`` (DeepSeek-V3 linear layers).
 

@@ -6,6 +6,7 @@ import torch
 
 from flashinfer._core.backends import gated
 from flashinfer._core.checks import check_no_overlap, fail, require_tensors
+from flashinfer.api_logging import flashinfer_api
 from flashinfer.utils import ceil_div
 
 from ._args import GroupedSegments
@@ -21,6 +22,7 @@ _NAMES = frozenset(GROUP_GEMM_FP8_NT_GROUPWISE.names)
 _RANKS = (("a", 2, "(cum_m, k)"), ("b", 3, "(G, n, k)"), ("m_indptr", 1, "(G + 1,)"))
 
 
+@flashinfer_api
 @gated(GROUP_GEMM_FP8_NT_GROUPWISE)
 def group_gemm_fp8_nt_groupwise(
     a,

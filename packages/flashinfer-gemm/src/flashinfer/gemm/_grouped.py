@@ -8,6 +8,7 @@ import torch
 
 from flashinfer._core.backends import gated
 from flashinfer._core.checks import check_no_overlap, describe, fail, require_tensors
+from flashinfer.api_logging import flashinfer_api
 from flashinfer.utils import ceil_div
 
 from ._args import GroupedContiguous, GroupedMasked
@@ -81,6 +82,7 @@ def _check_scale_shape(scale, arg: str, shape: tuple) -> None:
         fail(AssertionError, arg, f"shape {shape}", f"shape {tuple(scale.shape)}")
 
 
+@flashinfer_api
 @gated(GROUP_DEEPGEMM_FP8_NT_GROUPWISE)
 def group_deepgemm_fp8_nt_groupwise(
     a,
@@ -199,6 +201,7 @@ def group_deepgemm_fp8_nt_groupwise(
     return out
 
 
+@flashinfer_api
 @gated(BATCH_DEEPGEMM_FP8_NT_GROUPWISE)
 def batch_deepgemm_fp8_nt_groupwise(
     a,

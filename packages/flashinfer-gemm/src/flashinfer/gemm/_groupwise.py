@@ -7,6 +7,7 @@ import torch
 from flashinfer._core.backends import gated
 from flashinfer._core.checks import check_no_overlap, describe, fail, require_tensors
 from flashinfer._core.constants import E4M3_MAX, OUTPUT_SCALE_BLOCK, OUTPUT_SCALE_FLOOR
+from flashinfer.api_logging import flashinfer_api
 from flashinfer.utils import ceil_div
 
 from ._args import Groupwise
@@ -49,6 +50,7 @@ def _scale_orientation(scale, arg: str, blocks: int, kb: int, trtllm: bool) -> b
     fail(ValueError, arg, f"shape {(kb, blocks)} (scale_major_mode='MN')", f"shape {tuple(shape)}")
 
 
+@flashinfer_api
 @gated(GEMM_FP8_NT_GROUPWISE)
 def gemm_fp8_nt_groupwise(
     a,

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import torch
 
+from flashinfer._core.fallback import warn_reference
 from flashinfer._core.mate import find_function, require_function
 
 from . import _reference
@@ -148,6 +149,7 @@ def _bmm_legacy(call, A, B, out, A_scale, B_scale) -> None:
         _finish(target, out)
         return
     if B_scale.dim() != 0:
+        warn_reference("bmm_fp8", A.device, "this MATE (0.2.2 API) has no per-channel B scales")
         _reference.bmm(call)
         return
     if A_scale.dim() == 0:
@@ -193,6 +195,7 @@ def gemm_groupwise(call) -> None:
     mate_bmm = _unified_bmm()
     if mate_bmm is None:
         if block_n != _BLOCK:  # MATE 0.2.2's groupwise GEMM takes (1, 128, 128) only
+            warn_reference("gemm_fp8_nt_groupwise", a.device, "this MATE (0.2.2 API) has no per-row B scales")
             _reference.gemm_groupwise(call)
             return
         _gemm_groupwise_legacy(a, b, a_scale, b_scale, out, output_scale)
@@ -315,5 +318,10 @@ def group_gemm_segments(call) -> None:
     out.copy_(torch.where(valid.unsqueeze(1), scratch, out))
 
 
-# MATE has no FP8 block-quantization kernel: PyTorch operations on the MUSA device.
-quantize_fp8_blocks = _reference.quantize_fp8_blocks
+def quantize_fp8_blocks(call) -> None:
+    """MATE has no FP8 block-quantization kernel: the reference's PyTorch operations run on the
+    MUSA device."""
+    warn_reference(
+        "fp8_blockscale_gemm_sm90 (its FP8 quantization)", call.x.device, "MATE has no FP8 block quantization"
+    )
+    _reference.quantize_fp8_blocks(call)

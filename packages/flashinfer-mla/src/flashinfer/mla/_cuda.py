@@ -20,6 +20,7 @@ from typing import NamedTuple
 import torch
 
 from .._core.constants import FP8_TENSOR_CORE_CAPABILITY
+from .._core.fallback import warn_reference
 from .._core.kernel_tier import gluon_supported, use_gluon
 from ..utils import get_compute_capability, get_device_sm_count
 from . import _reference
@@ -107,17 +108,24 @@ def _launch(call, paged: bool) -> None:
     kernel.mla_decode(call, rows)
 
 
-def _fp8_on_reference(query) -> bool:
-    # FP8 x FP8 tensor-core dots need sm_89+; float16 decode has not been run through the
-    # Triton kernels on a GPU yet, so it takes the reference.
+def _on_reference(query, op: str) -> bool:
+    """Whether this decode runs the reference (said once per op and reason): FP8 x FP8 tensor-core
+    dots need sm_89+; float16 decode has not been run through the Triton kernels on a GPU yet."""
     if query.dtype == torch.float16:
+        warn_reference(op, query.device, "float16 decode has no Triton kernel here; bf16 and e4m3 have")
         return True
-    return query.element_size() == 1 and get_compute_capability(query.device) < FP8_TENSOR_CORE_CAPABILITY
+    if query.element_size() == 1 and get_compute_capability(query.device) < FP8_TENSOR_CORE_CAPABILITY:
+        major, minor = get_compute_capability(query.device)
+        warn_reference(
+            op, query.device, f"FP8 decode needs compute capability 8.9+, this GPU has {major}.{minor}"
+        )
+        return True
+    return False
 
 
 def sparse_decode(call) -> None:
     """Sparse MLA decode over per-token top-k slot lists (see ``kernels/mla_decode.py``)."""
-    if _fp8_on_reference(call.query):
+    if _on_reference(call.query, "trtllm_batch_decode_with_kv_cache_mla (sparse)"):
         _reference.sparse_decode(call)
         return
     if call.plan is None:
@@ -143,7 +151,7 @@ def packed_sparse_decode(call) -> None:
 
 def dense_decode(call) -> None:
     """Paged MLA decode: token ``t`` attends positions ``0 .. L-1`` through the block table."""
-    if _fp8_on_reference(call.query):
+    if _on_reference(call.query, "trtllm_batch_decode_with_kv_cache_mla (dense)"):
         _reference.dense_decode(call)
         return
     width = call.table.shape[-1] * call.kv_cache.shape[-2]  # positions the page table can address

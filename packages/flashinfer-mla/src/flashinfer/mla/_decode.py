@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .._core.checks import describe, fail, require_tensors
+from ..api_logging import flashinfer_api
 from . import _checks
 from ._args import Decode
 from ._dispatch import DISPATCH
@@ -22,6 +23,7 @@ __all__ = ["trtllm_batch_decode_with_kv_cache_mla"]
 _PACKED_DTYPE = torch.uint8
 
 
+@flashinfer_api
 def trtllm_batch_decode_with_kv_cache_mla(
     query: torch.Tensor,
     kv_cache: torch.Tensor,

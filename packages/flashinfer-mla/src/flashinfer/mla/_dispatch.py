@@ -31,7 +31,7 @@ def _load_mate():
     return _mate
 
 
-DISPATCH = Dispatcher(reference=_load_reference, cuda=_load_cuda, mate=_load_mate)
+DISPATCH = Dispatcher("flashinfer.mla", reference=_load_reference, cuda=_load_cuda, mate=_load_mate)
 
 # op -> implementation kind -> what runs
 ROUTES = {

@@ -31,6 +31,7 @@ import torch
 
 from .._core import mate as mate_loader
 from .._core.constants import FP8_NAN_BITS, LOG2E
+from .._core.fallback import warn_reference
 from . import _reference
 
 MODULE = "mate.sparse_mla_interface"
@@ -42,8 +43,14 @@ NOPE, ROPE = 512, 64
 # MATE ignores qk_nope_head_dim (callers fold it into bmm1_scale); any value is passed through.
 QK_NOPE_HEAD_DIM = 128
 
+
 # MATE has no dense decode for 576-wide FP8/BF16 rows (its FlashMLA path needs 656-byte rows).
-dense_decode = _reference.dense_decode
+def dense_decode(call) -> None:
+    """MATE has no paged (dense) MLA decode: the reference runs on the MUSA device."""
+    warn_reference(
+        "trtllm_batch_decode_with_kv_cache_mla (dense)", call.query.device, "MATE has no dense MLA decode"
+    )
+    _reference.dense_decode(call)
 
 
 def _function(name: str, op: str, module: str = MODULE):
@@ -75,6 +82,12 @@ def rope_quantize(call) -> None:
     eligible = _rope_eligible(q_rope, k_rope, q_nope, k_nope, q_rope_out)
     fn = _function("mla_rope_quantize_fp8", "rope_quantize_fp8") if eligible else None
     if fn is None:
+        reason = (
+            f"{MODULE} has no mla_rope_quantize_fp8"
+            if eligible
+            else "MATE's kernel takes bf16 -> e4m3 with 64 rope and 512 nope dims and one K head"
+        )
+        warn_reference("mla_rope_quantize_fp8", q_rope.device, reason)
         _reference.rope_quantize(call)
         return
     max_pos = cos_sin_cache.shape[0]
@@ -148,11 +161,14 @@ def sparse_decode(call):
         call.query, call.pool, call.table, call.seq_lens, call.out, call.lse3, call.sinks
     )  # fmt: skip
     bmm1_scale, bmm2_scale = call.bmm1_scale, call.bmm2_scale
+    op = "trtllm_batch_decode_with_kv_cache_mla (sparse)"
     if not _decode_eligible(query, kv, bmm1_scale, out):
+        warn_reference(op, query.device, "MATE's kernel takes e4m3 512/64 decode with a float bmm1_scale")
         _reference.sparse_decode(call)
         return
     fn = _function("sparse_mla_fp8_decode", "trtllm_batch_decode_with_kv_cache_mla")
     if fn is None:
+        warn_reference(op, query.device, f"{MODULE} has no sparse_mla_fp8_decode")
         _reference.sparse_decode(call)
         return
     batch, q_len, heads, dim = query.shape
@@ -238,6 +254,8 @@ def packed_sparse_decode(call):
     fn = _function("flash_mla_with_kvcache", op, FLASHMLA)
     metadata_fn = _function("get_mla_metadata", op, FLASHMLA)
     if fn is None or metadata_fn is None:
+        reason = f"{FLASHMLA} has no flash_mla_with_kvcache / get_mla_metadata"
+        warn_reference("trtllm_batch_decode_with_kv_cache_mla (packed cache)", call.query.device, reason)
         _reference.packed_sparse_decode(call)
         return
     query, kv, indices, lengths, sinks, out, lse = (

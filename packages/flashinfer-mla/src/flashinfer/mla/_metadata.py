@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from .._core.checks import describe, fail, require_tensors
+from ..api_logging import flashinfer_api
 from ._dispatch import DISPATCH
 
 __all__ = ["DecodeMetadata", "get_batch_decode_metadata_mla"]
@@ -70,6 +71,7 @@ def metadata_config(query: torch.Tensor) -> tuple[int, int, int]:
     return query.shape[0], query.shape[1], query.shape[2]
 
 
+@flashinfer_api
 def get_batch_decode_metadata_mla(
     query: torch.Tensor, seq_lens: torch.Tensor, sparse_mla_top_k: int
 ) -> DecodeMetadata:

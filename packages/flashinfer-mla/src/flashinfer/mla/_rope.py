@@ -15,6 +15,7 @@ import math
 import torch
 
 from .._core.checks import describe, fail, require_tensors
+from ..api_logging import flashinfer_api
 from ._args import Rope
 from ._dispatch import DISPATCH
 
@@ -28,6 +29,7 @@ _PARTS = ("q_rope", "k_rope", "q_nope", "k_nope")
 _OUTPUTS = ("q_rope_out", "k_rope_out", "q_nope_out", "k_nope_out")
 
 
+@flashinfer_api
 def rope_quantize_fp8(
     q_rope: torch.Tensor,
     k_rope: torch.Tensor,
@@ -276,6 +278,7 @@ def _check_tensors(inputs, outputs, cache, pos_ids, quantize_dtype, dtype_arg: s
         )
 
 
+@flashinfer_api
 def mla_rope_quantize_fp8(
     q_rope: torch.Tensor,
     k_rope: torch.Tensor,
