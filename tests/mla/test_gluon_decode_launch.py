@@ -45,7 +45,9 @@ def unbound_parameters(kernel, args, kwargs) -> list[str]:
 @pytest.mark.parametrize("splits", [1, 8])
 @pytest.mark.parametrize("page_size", [0, 64])
 def test_both_launches_bind_every_kernel_parameter(monkeypatch, dtype, splits, page_size):
-    pytest.importorskip("triton.experimental.gluon", reason="the Gluon kernels need Triton's Gluon (Triton >= 3.5)")
+    pytest.importorskip(
+        "triton.experimental.gluon", reason="the Gluon kernels need Triton's Gluon (Triton >= 3.5)"
+    )
     from flashinfer.mla.kernels import mla_decode as portable
     from flashinfer.mla.kernels import mla_decode_gluon as glu
 
