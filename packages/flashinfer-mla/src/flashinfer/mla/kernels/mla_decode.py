@@ -49,6 +49,7 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
+import torch
 import triton
 import triton.language as tl
 
@@ -459,6 +460,55 @@ def _scale_arg(scale):
     return (scale if scale.dim() == 0 else scale.view(())), True
 
 
+class HostArgs(NamedTuple):
+    """The host-side values every decode kernel and the combine take, read once from a call."""
+
+    num_splits: int  # the plan's splits, capped by what the workspace holds
+    workspace_pad: int  # bytes from the workspace's pointer to its first 16-byte boundary
+    scale1: float | torch.Tensor
+    scale1_on_device: bool
+    scale2: float | torch.Tensor
+    scale2_on_device: bool
+    seq_lens: torch.Tensor  # any int32 tensor where the kernel never reads it (length_mode 2)
+    sinks: torch.Tensor  # ``seq_lens`` stands in when the call has no sinks (never read)
+    lse: torch.Tensor  # ``out`` stands in when the call has no LSE (never written)
+    lse_strides: tuple
+
+
+def host_args(call, num_splits: int) -> HostArgs:
+    """:class:`HostArgs` of a validated call whose plan asks for ``num_splits`` splits."""
+    out, lse, workspace = call.out, call.lse3, call.workspace
+    if num_splits > 1:
+        batch, q_len, heads = out.shape[:3]
+        num_splits = _workspace_splits(num_splits, batch * q_len * heads, out.shape[-1], workspace.numel())
+    seq_lens = call.table if call.seq_lens is None else call.seq_lens
+    return HostArgs(
+        num_splits,
+        (-workspace.data_ptr()) % 16,
+        *_scale_arg(call.bmm1_scale),
+        *_scale_arg(call.bmm2_scale),
+        seq_lens,
+        seq_lens if call.sinks is None else call.sinks,
+        out if lse is None else lse,
+        (0, 0, 0) if lse is None else lse.stride(),
+    )
+
+
+def launch_combine(launcher: FastLaunch, call, host: HostArgs, sink_in_lse: bool) -> None:
+    """Merge the ``host.num_splits`` partial results in the workspace into ``out`` (and the LSE)."""
+    out = call.out
+    batch, q_len, heads, d_v = out.shape
+    launcher.launch(
+        (batch * q_len * heads,),
+        call.workspace, host.workspace_pad, host.sinks, host.scale2, out, host.lse, heads, q_len,
+        host.num_splits, *out.stride()[:3], *host.lse_strides,
+        D_V=d_v, SPLITS_POW2=next_positive_power_of_2(host.num_splits),
+        HAS_SINKS=call.sinks is not None, HAS_LSE=call.lse is not None,
+        SCALE2_ON_DEVICE=host.scale2_on_device, SINK_IN_LSE=sink_in_lse,
+        num_warps=4,
+    )  # fmt: skip
+
+
 class KeyRows(NamedTuple):
     """How a decode kernel walks the cache: rows of a flat pool (sparse) or pages (dense)."""
 
@@ -500,9 +550,7 @@ def mla_decode(call, rows: KeyRows, *, packed: bool = False, length_mode: int = 
         How many list entries token ``t`` of request ``b`` considers: 0 ``seq_lens[b] - (q_len - 1
         - t)``, 1 ``seq_lens[b * q_len + t]``, 2 all of them (``seq_lens`` may be None).
     """
-    query, table, out, lse, sinks, workspace, plan = (
-        call.query, call.table, call.out, call.lse3, call.sinks, call.workspace, call.plan
-    )  # fmt: skip
+    query, table, out, plan = call.query, call.table, call.out, call.plan
     kv = call.pool if rows.page_size == 0 else call.pages  # the rows the key offsets address
     batch, q_len, heads, dim = query.shape
     d_v = out.shape[-1]
@@ -510,42 +558,22 @@ def mla_decode(call, rows: KeyRows, *, packed: bool = False, length_mode: int = 
     config = plan.fp8_config if fp8 else plan.bf16_config
     if packed and plan.packed_config is not None:
         config = plan.packed_config
-    part_rows = batch * q_len * heads
-    num_splits = plan.num_splits
-    if num_splits > 1:
-        num_splits = _workspace_splits(num_splits, part_rows, d_v, workspace.numel())
-    workspace_pad = (-workspace.data_ptr()) % 16
-    scale1, scale1_on_device = _scale_arg(call.bmm1_scale)
-    scale2, scale2_on_device = _scale_arg(call.bmm2_scale)
-    has_sinks = sinks is not None
-    has_lse = lse is not None
-    lse_arg = lse if has_lse else out
-    lse_strides = lse.stride() if has_lse else (0, 0, 0)
-    seq_lens = call.seq_lens
-    if seq_lens is None:  # never read (length_mode 2): any int32 tensor stands in
-        seq_lens = table
-    sinks_arg = sinks if has_sinks else seq_lens
+    host = host_args(call, plan.num_splits)
+    num_splits = host.num_splits
     _DECODE.launch(
         (batch * q_len * plan.head_blocks * num_splits,),
-        query, kv, table, seq_lens, sinks_arg, scale1, scale2,
-        out, lse_arg, workspace, workspace_pad,
+        query, kv, table, host.seq_lens, host.sinks, host.scale1, host.scale2,
+        out, host.lse, call.workspace, host.workspace_pad,
         q_len, heads, rows.list_width, rows.num_kv_rows, num_splits,
         query.stride(0), query.stride(1), query.stride(2), rows.stride_kv_row, rows.stride_kv_tok,
         table.stride(-2),
-        *out.stride()[:3], *lse_strides,
+        *out.stride()[:3], *host.lse_strides,
         D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=rows.page_size,
         BLOCK_H=config.block_h, BLOCK_N=config.block_n, SPLIT=num_splits > 1,
-        HAS_SINKS=has_sinks, HAS_LSE=has_lse,
-        SCALE1_ON_DEVICE=scale1_on_device, SCALE2_ON_DEVICE=scale2_on_device,
+        HAS_SINKS=call.sinks is not None, HAS_LSE=call.lse is not None,
+        SCALE1_ON_DEVICE=host.scale1_on_device, SCALE2_ON_DEVICE=host.scale2_on_device,
         UPCAST_QK=fp8 and config.upcast_qk, PACKED=packed, LENGTH_MODE=length_mode, SINK_IN_LSE=packed,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if num_splits > 1:
-        _COMBINE.launch(
-            (part_rows,),
-            workspace, workspace_pad, sinks_arg, scale2, out, lse_arg, heads, q_len, num_splits,
-            *out.stride()[:3], *lse_strides,
-            D_V=d_v, SPLITS_POW2=next_positive_power_of_2(num_splits),
-            HAS_SINKS=has_sinks, HAS_LSE=has_lse, SCALE2_ON_DEVICE=scale2_on_device, SINK_IN_LSE=packed,
-            num_warps=4,
-        )  # fmt: skip
+        launch_combine(_COMBINE, call, host, sink_in_lse=packed)

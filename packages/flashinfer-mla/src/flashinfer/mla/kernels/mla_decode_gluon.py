@@ -50,8 +50,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from ..._core import constants
 from ..._core.triton_launch import FastLaunch
-from ...utils import next_positive_power_of_2
-from .mla_decode import DecodePlan, KeyRows, _scale_arg, _workspace_splits, mla_combine_kernel, plan_decode
+from .mla_decode import DecodePlan, KeyRows, host_args, launch_combine, mla_combine_kernel, plan_decode
 
 LOG2E = gl.constexpr(constants.LOG2E)
 BLOCK_H = gl.constexpr(64)  # heads a program takes: the M of one wgmma
@@ -489,44 +488,26 @@ def mla_decode(call, rows: KeyRows) -> None:
     :func:`plan_decode_gluon`. Needs a Hopper GPU, ``D_V = 512`` and ``D_ROPE = 64``, e4m3 or
     bf16 operands, and key rows (the cache's pointer and ``rows``' strides) 16-byte aligned.
     """
-    query, key_list, out, lse, sinks, workspace, plan = (
-        call.query, call.table, call.out, call.lse3, call.sinks, call.workspace, call.plan
-    )  # fmt: skip
+    query, key_list, out, plan = call.query, call.table, call.out, call.plan
     kv = call.pool if rows.page_size == 0 else call.pages  # the rows the key offsets address
     batch, q_len, heads, dim = query.shape
     d_v = out.shape[-1]
     config = FP8_CONFIG if query.element_size() == 1 else BF16_CONFIG
-    part_rows = batch * q_len * heads
-    num_splits = plan.num_splits
-    if num_splits > 1:
-        num_splits = _workspace_splits(num_splits, part_rows, d_v, workspace.numel())
-    workspace_pad = (-workspace.data_ptr()) % 16
-    scale1, scale1_on_device = _scale_arg(call.bmm1_scale)
-    scale2, scale2_on_device = _scale_arg(call.bmm2_scale)
-    has_sinks = sinks is not None
-    has_lse = lse is not None
-    lse_arg = lse if has_lse else out
-    lse_strides = lse.stride() if has_lse else (0, 0, 0)
-    sinks_arg = sinks if has_sinks else call.seq_lens
+    host = host_args(call, plan.num_splits)
+    num_splits = host.num_splits
     _DECODE.launch(
         (batch * q_len * plan.head_blocks * num_splits,),
-        query, kv, key_list, call.seq_lens, sinks_arg, scale1, scale2,
-        out, lse_arg, workspace, workspace_pad,
+        query, kv, key_list, host.seq_lens, host.sinks, host.scale1, host.scale2,
+        out, host.lse, call.workspace, host.workspace_pad,
         q_len, heads, rows.list_width, rows.num_kv_rows, num_splits,
         query.stride(0), query.stride(1), query.stride(2), rows.stride_kv_row, rows.stride_kv_tok,
         key_list.stride(-2),
-        *out.stride()[:3], *lse_strides,
+        *out.stride()[:3], *host.lse_strides,
         D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=rows.page_size, BLOCK_N=config.block_n, STAGES=config.stages,
-        SPLIT=num_splits > 1, HAS_SINKS=has_sinks, HAS_LSE=has_lse,
-        SCALE1_ON_DEVICE=scale1_on_device, SCALE2_ON_DEVICE=scale2_on_device, ABLATE=config.ablate,
+        SPLIT=num_splits > 1, HAS_SINKS=call.sinks is not None, HAS_LSE=call.lse is not None,
+        SCALE1_ON_DEVICE=host.scale1_on_device, SCALE2_ON_DEVICE=host.scale2_on_device, ABLATE=config.ablate,
         num_warps=4, maxnreg=168,
     )  # fmt: skip
     if num_splits > 1:
-        _COMBINE.launch(
-            (part_rows,),
-            workspace, workspace_pad, sinks_arg, scale2, out, lse_arg, heads, q_len, num_splits,
-            *out.stride()[:3], *lse_strides,
-            D_V=d_v, SPLITS_POW2=next_positive_power_of_2(num_splits),
-            HAS_SINKS=has_sinks, HAS_LSE=has_lse, SCALE2_ON_DEVICE=scale2_on_device, SINK_IN_LSE=False,
-            num_warps=4,
-        )  # fmt: skip
+        # the 576-wide form's LSE leaves the sinks out
+        launch_combine(_COMBINE, call, host, sink_in_lse=False)
