@@ -32,6 +32,15 @@ def seed(request) -> int:
     return value
 
 
+@pytest.fixture(params=["reference", "mate"])
+def implementation(request) -> str:
+    """Where a test's CPU tensors run (the op table's CPU implementations): ``reference``, or
+    ``mate``, the MATE adapter over the float64 MATE stand-in. Tests parametrize it indirectly."""
+    if request.param == "mate":
+        request.getfixturevalue("mate_standin")
+    return request.param
+
+
 def _purge_mate_modules() -> None:
     for name in list(sys.modules):
         if name == "mate" or name.startswith("mate."):

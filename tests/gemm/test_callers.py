@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gemm_cases import BF16, E4M3, FP16, FP32, assert_matches, fp8, oracle_bmm, oracle_groupwise, pow2
+from oracles import BF16, E4M3, FP16, FP32, assert_matches, fp8, oracle_bmm, oracle_groupwise, pow2
 
 
 @pytest.fixture(params=["reference", "mate"])

@@ -6,7 +6,9 @@ import math
 
 import pytest
 import torch
-from gemm_cases import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from oracles import (
     BF16,
     E4M3,
     E5M2,
@@ -19,8 +21,6 @@ from gemm_cases import (
     oracle_masked,
     pow2,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import flashinfer.gemm as G
 

@@ -11,7 +11,7 @@ import importlib
 
 import pytest
 import torch
-from gemm_cases import (
+from oracles import (
     BF16,
     E4M3,
     FP16,
@@ -187,7 +187,7 @@ def test_groupwise_fp8_output_uses_scale_out_with_k_major_scales(mate_standin, s
     assert same_memory(call["scale_out"], output_scale) and call["scale_out"].shape == (1, m, 2)
     assert call["backend"] == "auto" and call["out_dtype"] == E4M3 and not call["fixed_scale_layout"]
     assert same_memory(call["out"], out)
-    from gemm_cases import assert_fp8_output
+    from oracles import assert_fp8_output
 
     assert_fp8_output(out, output_scale, *oracle_groupwise(a, b, sa, sb, 1, 128, 128))
 
@@ -338,7 +338,7 @@ def test_mate_022_groupwise(mate_v022, seed, output_scale):
     assert call["backend"] == ("mubin" if output_scale else "auto")
     ref = oracle_groupwise(a, b, sa, sb, 1, 128, 128)
     if output_scale:
-        from gemm_cases import assert_fp8_output
+        from oracles import assert_fp8_output
 
         assert_fp8_output(out, scale, *ref)
     else:

@@ -2,7 +2,7 @@
 ``fp8_blockscale_gemm_sm90``, and the module-level names FlashInfer's own tests import.
 
 Every sample runs on the reference and on the MATE adapter (backed by the float64 stand-in),
-against the float64 oracles of ``sibling_cases`` with NaN-poisoned outputs; every error rule
+against the float64 oracles of ``tests/oracles.py`` with NaN-poisoned outputs; every error rule
 is checked to raise, with FlashInfer's exception type and message, before anything is written.
 """
 
@@ -15,10 +15,19 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-from gemm_cases import BF16, E4M3, E5M2, FP16, FP32, assert_matches, fp8, oracle_groupwise, poisoned, pow2
-from sibling_cases import (
+from oracles import (
+    BF16,
+    E4M3,
+    E5M2,
+    FP16,
+    FP32,
+    assert_matches,
     blockscale_oracle,
+    fp8,
+    oracle_groupwise,
     oracle_segments,
+    poisoned,
+    pow2,
     quantization_error_bound,
     quantize_oracle,
     row_scales,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import traceback
 
+import oracles
 import pytest
 import torch
 
@@ -14,8 +15,6 @@ from flashinfer.decode import get_batch_decode_metadata_mla, trtllm_batch_decode
 from flashinfer.gemm import gemm_fp8_nt_groupwise
 from flashinfer.rope import mla_rope_quantize_fp8
 
-from . import oracles
-
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 E4M3 = torch.float8_e4m3fn
 
@@ -23,11 +22,14 @@ E4M3 = torch.float8_e4m3fn
 def _cuda_calls():
     gen = torch.Generator().manual_seed(1)
     dev = "cuda"
-    A = oracles.fp8((4, 64, 256), gen).to(dev)
-    B = oracles.fp8((4, 128, 256), gen).to(dev).transpose(-2, -1)
+    A = oracles.fp8((4, 64, 256), scale=2.0, generator=gen).to(dev)
+    B = oracles.fp8((4, 128, 256), scale=2.0, generator=gen).to(dev).transpose(-2, -1)
     s = torch.ones((), device=dev)
     out = torch.empty(4, 64, 128, dtype=torch.bfloat16, device=dev)
-    a, b = oracles.fp8((64, 256), gen).to(dev), oracles.fp8((256, 256), gen).to(dev)
+    a, b = (
+        oracles.fp8((64, 256), scale=2.0, generator=gen).to(dev),
+        oracles.fp8((256, 256), scale=2.0, generator=gen).to(dev),
+    )
     a_s, b_s = torch.ones(64, 2, device=dev), torch.ones(2, 2, device=dev)
     g_out = torch.empty(64, 256, dtype=torch.bfloat16, device=dev)
     q_rope, q_nope = (
@@ -35,7 +37,7 @@ def _cuda_calls():
         torch.randn(8, 16, 512, device=dev).bfloat16(),
     )
     k_rope, k_nope = torch.randn(8, 64, device=dev).bfloat16(), torch.randn(8, 512, device=dev).bfloat16()
-    cache, pos = oracles.rope_cache(64, 64).to(dev), torch.arange(8, device=dev)
+    cache, pos = oracles.cos_sin_cache(64, 64).to(dev), torch.arange(8, device=dev)
     q_out = torch.empty(8, 16, 576, dtype=E4M3, device=dev)
     k_out = torch.empty(8, 576, dtype=E4M3, device=dev)
     query = torch.randn(4, 1, 16, 576, device=dev).to(E4M3)
@@ -83,10 +85,10 @@ def test_threads_on_their_own_streams(seed):
     def work(i):
         try:
             gen = torch.Generator().manual_seed(seed + i)
-            A = oracles.fp8((2, 96, 256), gen)
-            B = oracles.fp8((2, 80, 256), gen).transpose(-2, -1)
-            sa, sb = oracles.pow2_scales((), gen), oracles.pow2_scales((), gen)
-            ref = oracles.bmm_fp8(A, B, sa, sb)
+            A = oracles.fp8((2, 96, 256), scale=2.0, generator=gen)
+            B = oracles.fp8((2, 80, 256), scale=2.0, generator=gen).transpose(-2, -1)
+            sa, sb = oracles.pow2((), high=3, generator=gen), oracles.pow2((), high=3, generator=gen)
+            ref = oracles.oracle_bmm(A, B, sa, sb)[0]
             stream = torch.cuda.Stream()
             with torch.cuda.stream(stream):
                 Ad, Bd, sad, sbd = (x.cuda(non_blocking=False) for x in (A, B, sa, sb))

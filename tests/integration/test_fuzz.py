@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import oracles
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,8 +17,6 @@ import flashinfer
 from flashinfer.decode import trtllm_batch_decode_with_kv_cache_mla
 from flashinfer.gemm import gemm_fp8_nt_groupwise
 from flashinfer.rope import rope_quantize_fp8
-
-from . import oracles
 
 seeds = st.integers(0, 2**31 - 1)
 
@@ -29,14 +28,21 @@ seeds = st.integers(0, 2**31 - 1)
 )  # fmt: skip
 def test_bmm_fp8_fuzz(b, m, n, k, col_major_b, strided_out, scale_shape, out_dtype, seed):
     gen = torch.Generator().manual_seed(seed)
-    A = oracles.fp8((b, m, k), gen)
-    B = oracles.fp8((b, n, k), gen).transpose(-2, -1) if col_major_b else oracles.fp8((b, k, n), gen)
-    sa, sb = oracles.pow2_scales(scale_shape, gen), oracles.pow2_scales(scale_shape, gen)
+    A = oracles.fp8((b, m, k), scale=2.0, generator=gen)
+    B = (
+        oracles.fp8((b, n, k), scale=2.0, generator=gen).transpose(-2, -1)
+        if col_major_b
+        else oracles.fp8((b, k, n), scale=2.0, generator=gen)
+    )
+    sa, sb = (
+        oracles.pow2(scale_shape, high=3, generator=gen),
+        oracles.pow2(scale_shape, high=3, generator=gen),
+    )
     out = torch.full((b, m, 2 * n), math.nan, dtype=out_dtype)[..., ::2] if strided_out else None
     result = flashinfer.bmm_fp8(A, B, sa, sb, out_dtype, out)
     if out is not None:
         assert result is out
-    torch.testing.assert_close(result.double(), oracles.bmm_fp8(A, B, sa, sb), rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(result.double(), oracles.oracle_bmm(A, B, sa, sb)[0], rtol=1e-2, atol=1e-2)
 
 
 @given(
@@ -45,13 +51,18 @@ def test_bmm_fp8_fuzz(b, m, n, k, col_major_b, strided_out, scale_shape, out_dty
 )  # fmt: skip
 def test_gemm_fp8_nt_groupwise_fuzz(m, n, k, mode, seed):
     gen = torch.Generator().manual_seed(seed)
-    a, b = oracles.fp8((m, k), gen), oracles.fp8((n, k), gen)
+    a, b = oracles.fp8((m, k), scale=2.0, generator=gen), oracles.fp8((n, k), scale=2.0, generator=gen)
     kb = -(-k // 128)
-    a_scale, b_scale = oracles.pow2_scales((m, kb), gen), oracles.pow2_scales((-(-n // 128), kb), gen)
-    ref = oracles.groupwise(a, b, a_scale, b_scale)
+    a_scale, b_scale = (
+        oracles.pow2((m, kb), high=3, generator=gen),
+        oracles.pow2((-(-n // 128), kb), high=3, generator=gen),
+    )
+    ref = oracles.oracle_groupwise(a, b, a_scale, b_scale, 1, 128, 128)[0]
     # float32 accumulation may lose up to about 2**-22 of the sum of |terms| (cancellation
     # near zero); on top of that, one bf16 rounding of each element.
-    terms = oracles.groupwise(a.float().abs().to(a.dtype), b.float().abs().to(b.dtype), a_scale, b_scale)
+    terms = oracles.oracle_groupwise(
+        a.float().abs().to(a.dtype), b.float().abs().to(b.dtype), a_scale, b_scale, 1, 128, 128
+    )[0]
     if mode == "MN":
         a_scale, b_scale = a_scale.t().contiguous(), b_scale.t().contiguous()
     out = gemm_fp8_nt_groupwise(a, b, a_scale, b_scale, mode)
@@ -71,14 +82,14 @@ def test_rope_quantize_fp8_fuzz(nnz, heads, k_heads, rope_dim, nope_dim, is_neox
     k_shape = (nnz,) if k_heads == 0 else (nnz, k_heads)
     k_rope = torch.randn((*k_shape, rope_dim), generator=gen).bfloat16()
     k_nope = torch.randn((*k_shape, nope_dim), generator=gen).bfloat16()
-    cache = oracles.rope_cache(64, rope_dim)
+    cache = oracles.cos_sin_cache(64, rope_dim)
     pos = torch.randint(0, 64, (nnz,), generator=gen)
     outs = rope_quantize_fp8(q_rope, k_rope, q_nope, k_nope, cache, pos, is_neox, out_dtype, scale_q, 2.0)
     fmax = torch.finfo(out_dtype).max
     k3 = (lambda x: x) if k_heads else (lambda x: x[:, None])
     expected = (
-        oracles.rope(q_rope, cache, pos, is_neox) * scale_q,
-        oracles.rope(k3(k_rope), cache, pos, is_neox) * 2.0,
+        oracles.rotate(q_rope, cache, pos, is_neox) * scale_q,
+        oracles.rotate(k3(k_rope), cache, pos, is_neox) * 2.0,
         q_nope.double() * scale_q,
         k3(k_nope).double() * 2.0,
     )
@@ -108,6 +119,6 @@ def test_sparse_decode_fuzz(batch, q_len, heads, topk, slots, extra, fp8_inputs,
         seq_lens=seq_lens, max_seq_len=topk, sparse_mla_top_k=topk, bmm1_scale=0.05, bmm2_scale=1.5,
         return_lse=True,
     )  # fmt: skip
-    ref_out, ref_lse = oracles.sparse_decode(query, kv.view(-1, 576), indices, seq_lens, topk, 0.05, 1.5)
+    ref_out, ref_lse = oracles.sparse_decode_oracle(query, kv.view(-1, 576), indices, seq_lens, 0.05, 1.5)
     torch.testing.assert_close(out.double(), ref_out, rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(lse.view(batch, q_len, heads).double(), ref_lse, rtol=1e-3, atol=1e-3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 
+import oracles
 import pytest
 import torch
 
@@ -15,8 +16,6 @@ from flashinfer.gemm import (
     group_deepgemm_fp8_nt_groupwise,
 )
 from flashinfer.rope import mla_rope_quantize_fp8
-
-from . import oracles
 
 CALLS = 10_000
 WARMUP = 500
@@ -33,20 +32,23 @@ def _rss_bytes() -> int:
 def _make_calls():
     gen = torch.Generator().manual_seed(0)
     e4m3 = torch.float8_e4m3fn
-    A = oracles.fp8((1, 8, 128), gen)
-    B = oracles.fp8((1, 16, 128), gen).transpose(-2, -1)
+    A = oracles.fp8((1, 8, 128), scale=2.0, generator=gen)
+    B = oracles.fp8((1, 16, 128), scale=2.0, generator=gen).transpose(-2, -1)
     s = torch.ones(())
     out_fp8 = torch.empty(1, 8, 16, dtype=torch.bfloat16)
     A16 = torch.randn(1, 8, 32).bfloat16()
     B16 = torch.randn(1, 32, 16).bfloat16()
-    a, b = oracles.fp8((8, 128), gen), oracles.fp8((128, 128), gen)
+    a, b = oracles.fp8((8, 128), scale=2.0, generator=gen), oracles.fp8((128, 128), scale=2.0, generator=gen)
     a_s, b_s = torch.ones(8, 1), torch.ones(1, 1)
     m_idx = torch.zeros(8, dtype=torch.int32)
-    a3, b3 = oracles.fp8((1, 8, 128), gen), oracles.fp8((1, 128, 128), gen)
+    a3, b3 = (
+        oracles.fp8((1, 8, 128), scale=2.0, generator=gen),
+        oracles.fp8((1, 128, 128), scale=2.0, generator=gen),
+    )
     masked = torch.tensor([5], dtype=torch.int32)
     q_rope, q_nope = torch.randn(4, 2, 64).bfloat16(), torch.randn(4, 2, 512).bfloat16()
     k_rope, k_nope = torch.randn(4, 64).bfloat16(), torch.randn(4, 512).bfloat16()
-    cache, pos = oracles.rope_cache(16, 64), torch.arange(4)
+    cache, pos = oracles.cos_sin_cache(16, 64), torch.arange(4)
     q_out = torch.empty(4, 2, 576, dtype=e4m3)
     k_rope_out, k_nope_out = torch.empty(4, 64, dtype=e4m3), torch.empty(4, 512, dtype=e4m3)
     query = torch.randn(1, 1, 2, 576).to(e4m3)

@@ -1,7 +1,7 @@
 """MLA decode: signature, metadata reuse and misuse, compact var-Q, native dims, edges, hypothesis.
 
 Tolerances: BF16 output rtol 1e-2 / atol 2e-3, LSE rtol 1e-5 / atol 1e-4 against the float64
-oracle (mla_oracles).
+oracle (tests/oracles.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from mla_ops import dense_sample, sparse_sample
-from mla_oracles import (
+from oracles import (
     E4M3,
     assert_decode_close,
     decode_oracle,

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from mla_oracles import (
+from oracles import (
     E4M3,
     assert_decode_close,
     decode_oracle,
     dense_candidates,
+    packed_oracle,
+    packed_pool,
     physical_slots,
     quantized,
     sparse_candidates,
 )
-from packed_cases import packed_oracle, packed_pool
 
 import flashinfer
 import flashinfer.decode

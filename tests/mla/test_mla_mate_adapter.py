@@ -16,7 +16,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mla_ops import rope_kwargs, sparse_sample
-from mla_oracles import E4M3, E5M2, assert_decode_close, decode_oracle, quantized, sparse_candidates
+from oracles import E4M3, E5M2, assert_decode_close, decode_oracle, quantized, sparse_candidates
 
 from flashinfer.decode import get_batch_decode_metadata_mla, trtllm_batch_decode_with_kv_cache_mla
 from flashinfer.rope import rope_quantize_fp8

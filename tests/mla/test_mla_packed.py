@@ -18,8 +18,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mla_oracles import assert_decode_close
-from packed_cases import ROW_BYTES, packed_kwargs, packed_oracle
+from mla_ops import packed_kwargs
+from oracles import PACKED_ROW_BYTES as ROW_BYTES
+from oracles import assert_decode_close, packed_oracle
 
 from flashinfer.decode import get_batch_decode_metadata_mla, trtllm_batch_decode_with_kv_cache_mla
 from flashinfer.utils import LibraryError

@@ -1,7 +1,7 @@
 """rope_quantize_fp8 / mla_rope_quantize_fp8: upstream's test grid, caller patterns R1-R2, edges.
 
 Tolerance: every FP8 element within one rounding step of the float64 oracle (a float32 vs
-float64 tie), nearly all bit-exact (mla_oracles.assert_fp8_close).
+float64 tie), nearly all bit-exact (oracles.assert_fp8_close).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from mla_ops import rope_kwargs
-from mla_oracles import E4M3, E5M2, assert_fp8_close, cos_sin_cache, rope_oracle
+from oracles import E4M3, E5M2, assert_fp8_close, cos_sin_cache, rope_oracle
 
 import flashinfer.rope
 from flashinfer.rope import mla_rope_quantize_fp8, rope_quantize_fp8

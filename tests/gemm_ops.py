@@ -1,0 +1,667 @@
+"""The op table of flashinfer.gemm (schema: ``tests/optable.py``; oracles and tolerances:
+``tests/oracles.py``).
+
+Per public function: sample inputs (small, degenerate and real-model-like; fresh random data,
+never zeros; FP8 operands and power-of-two scales, so the float64 oracle is exact), error
+inputs with the expected exception and a message pattern naming the argument (the detailed
+rules, then one spoiled argument of a valid call per row), and the backend names to try.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+from optable import Entry, ErrorInput, OpInfo, Sample
+from oracles import (
+    BF16,
+    E4M3,
+    E5M2,
+    FP16,
+    FP32,
+    assert_fp8_output,
+    assert_matches,
+    col_major,
+    fp8,
+    oracle_bmm,
+    oracle_contiguous,
+    oracle_groupwise,
+    oracle_masked,
+    poisoned,
+    pow2,
+    strided_out,
+)
+
+import flashinfer.gemm as G
+from flashinfer.utils import BackendSupportedError
+
+# ----------------------------------------------------------------------------- the table
+
+
+def _sample(name, args, kwargs, expected, valid=None, output_scale=None) -> Sample:
+    """A GEMM call: ``expected() -> (ref, ref_abs)``; ``valid`` marks the rows that are written
+    (the others must keep their NaN); ``output_scale`` is the FP8 output's scale buffer."""
+    outputs = ("out",) if isinstance(kwargs.get("out"), torch.Tensor) else ()  # output_scale: NaN-filled
+    return Sample(name, args, kwargs, expected, outputs, {"valid": valid})
+
+
+def _error(name, args, kwargs, exc, fragments) -> ErrorInput:
+    """``fragments`` ("`arg`.*gist"): each must occur in the message, in any order."""
+    match = "(?s)" + "".join(f"(?=.*{fragment})" for fragment in fragments.split(".*"))
+    return ErrorInput(name, lambda: (args, kwargs), exc, match)
+
+
+def entries(make_all):
+    """Lazy entries for the samples ``make_all()`` builds (names read once, under a fixed seed)."""
+
+    def listed():
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            names = [s.name for s in make_all()]
+        return [Entry(name, lambda i=i: make_all()[i]) for i, name in enumerate(names)]
+
+    return listed
+
+
+def bmm_bf16_samples():
+    out = []
+    for b, m, n, k, dtype, out_dtype, layout in [
+        (1, 1, 16, 32, BF16, BF16, "col"),
+        (2, 3, 5, 64, BF16, FP16, "row"),
+        (3, 130, 40, 96, FP16, FP32, "col"),
+        (1, 4, 8, 4096, BF16, FP32, "col"),
+        (2, 48, 80, 256, FP16, FP16, "row"),
+    ]:
+        A = torch.randn(b, m, k).to(dtype)
+        B = torch.randn(b, k, n).to(dtype)
+        B = col_major(B) if layout == "col" else B.contiguous()
+        expected = partial(oracle_bmm, A, B)
+        o = poisoned(b, m, n, dtype=out_dtype)
+        out.append(
+            _sample(
+                f"{dtype}-{out_dtype}-{layout}-{b}x{m}x{n}x{k}",
+                (A, B),
+                {"out": o, "out_dtype": out_dtype},
+                expected,
+            )
+        )
+    A = torch.randn(2, 5, 64).to(BF16)
+    B = col_major(torch.randn(2, 64, 12).to(BF16))
+    expected = partial(oracle_bmm, A, B)
+    out.append(_sample("strided-out", (A, B), {"out": strided_out(2, 5, 12, dtype=BF16)}, expected))
+    At = torch.randn(2, 64, 5).to(BF16).transpose(1, 2)  # A with a strided last dimension
+    expected = partial(oracle_bmm, At, B)
+    out.append(_sample("strided-A", (At, B), {"out": poisoned(2, 5, 12, dtype=BF16)}, expected))
+    return out
+
+
+def bmm_fp8_samples():
+    out = []
+    cases = [
+        (1, 1, 16, 32, E4M3, E4M3, BF16, "col", "0d", "0d"),
+        (2, 3, 5, 64, E4M3, E5M2, FP16, "row", "1", "1"),
+        (3, 130, 40, 96, E5M2, E4M3, BF16, "col", "0d", "1"),
+        (1, 4, 8, 4096, E4M3, E4M3, FP16, "col", "1", "0d"),
+        (2, 7, 9, 64, E5M2, E5M2, BF16, "col", "0d", "0d"),
+        (2, 6, 10, 64, E4M3, E4M3, BF16, "col", "chan_col", "chan_row"),
+        (2, 6, 10, 64, E4M3, E4M3, FP16, "row", "chan_row", "chan_col"),
+        (2, 6, 10, 64, E4M3, E4M3, BF16, "col", "0d", "chan_row"),
+        (2, 6, 10, 64, E4M3, E4M3, BF16, "row", "chan_col", "1"),
+    ]
+    for b, m, n, k, da, db, out_dtype, layout, a_kind, b_kind in cases:
+        A = fp8(b, m, k, dtype=da)
+        B = fp8(b, k, n, dtype=db)
+        B = col_major(B) if layout == "col" else B.contiguous()
+        sa, sa_ref = _scale(a_kind, b, m, rows_last=False)
+        sb, sb_ref = _scale(b_kind, b, n, rows_last=True)
+        expected = partial(oracle_bmm, A, B, sa_ref, sb_ref)
+        o = poisoned(b, m, n, dtype=out_dtype)
+        name = f"{da}x{db}-{out_dtype}-{layout}-{a_kind}-{b_kind}-{b}x{m}x{n}x{k}"
+        out.append(_sample(name, (A, B, sa, sb, out_dtype), {"out": o}, expected))
+    A, B = fp8(2, 5, 64), col_major(fp8(2, 64, 12))
+    s = pow2(1)
+    expected = partial(oracle_bmm, A, B, s, s)
+    out.append(
+        _sample("strided-out", (A, B, s, s, BF16), {"out": strided_out(2, 5, 12, dtype=BF16)}, expected)
+    )
+    return out
+
+
+def _scale(kind, batch, rows, rows_last):
+    """A scale of the given kind and its broadcastable float64 counterpart for the oracle."""
+    if kind == "0d":
+        s = pow2(1).reshape(())
+        return s, s
+    if kind == "1":
+        s = pow2(1)
+        return s, s.reshape(())
+    values = pow2(batch, rows)
+    ref = values[:, None, :] if rows_last else values[:, :, None]
+    stored = values[:, :, None] if kind == "chan_col" else values[:, None, :]  # (b, rows, 1) or (b, 1, rows)
+    return stored, ref
+
+
+GRANULARITY = {"row": (1, 128, 128), "block": (128, 128, 128)}
+
+
+def groupwise_samples():
+    out = []
+    for m, n, k, mode, gran, backend, out_dtype, out_kind in [
+        (1, 128, 256, "K", "row", "cutlass", BF16, "poison"),
+        (4, 256, 256, "MN", "row", "cutlass", FP16, "poison"),
+        (130, 200, 384, "K", "block", "cutlass", BF16, "strided"),
+        (33, 128, 2048, "MN", "block", "auto", BF16, "poison"),
+        (16, 256, 256, None, "row", "cutile", BF16, "poison"),
+        (20, 130, 256, "K", "row", "mudnn", FP16, "poison"),
+        (128, 128, 128, "K", "row", "cutlass", BF16, "poison"),
+    ]:
+        gm, gn, gk = GRANULARITY[gran]
+        a, b = fp8(m, k), fp8(n, k)
+        sa = pow2(math.ceil(m / gm), math.ceil(k / gk))
+        sb = pow2(math.ceil(n / gn), math.ceil(k / gk))
+        expected = partial(oracle_groupwise, a, b, sa, sb, gm, gn, gk)
+        stored_a, stored_b = (sa, sb) if mode in ("K", None) else (sa.t().contiguous(), sb.t().contiguous())
+        o = poisoned(m, n, dtype=out_dtype) if out_kind == "poison" else strided_out(m, n, dtype=out_dtype)
+        kwargs = {"scale_granularity_mnk": (gm, gn, gk), "out": o, "backend": backend}
+        name = f"{backend}-{mode}-{gran}-{out_dtype}-{out_kind}-{m}x{n}x{k}"
+        out.append(_sample(name, (a, b, stored_a, stored_b, mode), kwargs, expected))
+    for m, n, k, a_form in [
+        (3, 256, 256, "contiguous"),
+        (17, 128, 512, "column-major"),
+        (4, 128, 512, "square"),
+    ]:
+        a, b = fp8(m, k), fp8(n, k)
+        kb = k // 128
+        sa, sb = pow2(m, kb), pow2(n // 128, kb)
+        expected = partial(oracle_groupwise, a, b, sa, sb, 1, 128, 128)
+        stored_a = sa.t().contiguous()  # MN-major memory: (kb, m) contiguous
+        if a_form == "column-major":
+            stored_a = stored_a.t()  # the (m, kb) view with strides (1, m), as sglang sends it
+        kwargs = {"out": poisoned(m, n, dtype=BF16), "backend": "trtllm"}
+        out.append(_sample(f"trtllm-{a_form}-{m}x{n}x{k}", (a, b, stored_a, sb, "MN"), kwargs, expected))
+    for backend in ("mubin", "auto", "cutlass"):
+        m, n, k = 5, 200, 256
+        a, b = fp8(m, k), fp8(n, k)
+        sa, sb = pow2(m, 2), pow2(2, 2)
+        expected = partial(oracle_groupwise, a, b, sa, sb, 1, 128, 128)
+        scale = torch.full((m, 2), float("nan"))
+        kwargs = {"backend": backend, "output_scale": scale}
+        out.append(
+            _sample(f"fp8-output-{backend}", (a, b, sa, sb, "K"), kwargs, expected, output_scale=scale)
+        )
+    return out
+
+
+def contiguous_samples():
+    out = []
+    for groups, n, k, layout in [(3, 128, 256, "aligned"), (2, 200, 384, "padded"), (1, 128, 128, "single")]:
+        if layout == "aligned":
+            ids = torch.arange(groups, dtype=torch.int32).repeat_interleave(128)
+        elif layout == "padded":
+            ids = torch.tensor([0] * 100 + [-1] * 28 + [1] * 128 + [-1] * 100 + [9] * 28, dtype=torch.int32)
+        else:
+            ids = torch.zeros(130, dtype=torch.int32)
+            ids[128:] = -1
+        m = ids.numel()
+        kb = math.ceil(k / 128)
+        a, b = fp8(m, k), fp8(groups, n, k)
+        sa, sb = pow2(m, kb), pow2(groups, math.ceil(n / 128), kb)
+        expected = partial(oracle_contiguous, a, b, sa, sb, ids)
+        valid = ((ids >= 0) & (ids < groups))[:, None].expand(m, n)
+        stored_a = sa if layout != "padded" else sa.t().contiguous().t()  # MN-major storage
+        kwargs = {"out": poisoned(m, n, dtype=BF16), "out_dtype": BF16}
+        out.append(
+            _sample(f"{layout}-G{groups}-{m}x{n}x{k}", (a, b, stored_a, sb, ids), kwargs, expected, valid)
+        )
+    return out
+
+
+def masked_samples():
+    out = []
+    for groups, m, n, k, masked in [
+        (2, 70, 128, 256, [0, 33]),
+        (3, 130, 200, 384, [130, 1, 500]),
+        (1, 8, 128, 128, [8]),
+    ]:
+        kb = math.ceil(k / 128)
+        a, b = fp8(groups, m, k), fp8(groups, n, k)
+        sa, sb = pow2(groups, m, kb), pow2(groups, math.ceil(n / 128), kb)
+        masked_m = torch.tensor(masked, dtype=torch.int32)
+        expected = partial(oracle_masked, a, b, sa, sb, masked_m)
+        valid = (torch.arange(m)[None, :] < masked_m[:, None])[..., None].expand(groups, m, n)
+        stored_a = sa if groups != 3 else sa.transpose(1, 2).contiguous().transpose(1, 2)
+        expected_m = max(1, min(int(masked_m.float().mean()) + 1, m))
+        kwargs = {"out": poisoned(groups, m, n, dtype=BF16)}
+        name = f"G{groups}-{m}x{n}x{k}-{masked}"
+        out.append(_sample(name, (a, b, stored_a, sb, masked_m, expected_m), kwargs, expected, valid))
+    return out
+
+
+def _replace(args, index, value):
+    args = list(args)
+    args[index] = value
+    return tuple(args)
+
+
+def bmm_bf16_errors():
+    A, B = torch.randn(2, 3, 64).to(BF16), col_major(torch.randn(2, 64, 5).to(BF16))
+    base = (A, B)
+    return [
+        _error("A fp32", (A.float(), B), {}, ValueError, "`A`.*first tensor"),
+        _error("B other dtype", (A, B.half()), {}, ValueError, "`B`.*second tensor"),
+        _error("A not a tensor", ([1.0], B), {}, TypeError, "`A`"),
+        _error("A 2-D", (A[0], B), {}, ValueError, "`A`.*3-D"),
+        _error("k mismatch", (A, B[:, :32]), {}, ValueError, "`B`.*k"),
+        _error("batch mismatch", (A, B[:1]), {}, ValueError, "`B`.*batch"),
+        _error("B on another device", (A, B.to("meta")), {}, ValueError, "`B`.*device"),
+        _error(
+            "out_dtype int8",
+            base,
+            {"out_dtype": torch.int8},
+            ValueError,
+            "`out_dtype`.*nsupported output dtype",
+        ),
+        _error("tgv fp16", base, {"out_dtype": FP16, "backend": "tgv"}, ValueError, "`out_dtype`.*TGV"),
+        _error("out shape", base, {"out": torch.empty(2, 3, 6, dtype=BF16)}, ValueError, "`out`.*shape"),
+        _error("out dtype", base, {"out": torch.empty(2, 3, 5, dtype=FP16)}, ValueError, "`out`.*dtype"),
+        _error(
+            "out device",
+            base,
+            {"out": torch.empty(2, 3, 5, dtype=BF16, device="meta")},
+            ValueError,
+            "`out`.*device",
+        ),
+        _error("unknown backend", base, {"backend": "cublas"}, ValueError, "`backend`.*cudnn"),
+    ]
+
+
+def bmm_fp8_errors():
+    A, B = fp8(2, 3, 64), col_major(fp8(2, 64, 5))
+    s = pow2(1)
+    base = (A, B, s, s, BF16)
+    return [
+        _error("A bf16", _replace(base, 0, A.to(BF16)), {}, ValueError, "`A`.*FP8"),
+        _error("B fp16", _replace(base, 1, B.to(FP16)), {}, ValueError, "`B`.*FP8"),
+        _error("dtype fp32", _replace(base, 4, FP32), {}, ValueError, "`dtype`.*nsupported output dtype"),
+        _error(
+            "cutlass e5m2",
+            _replace(base, 0, A.to(E5M2)),
+            {"backend": "cutlass"},
+            ValueError,
+            "e5m2 is not supported for bmm_fp8 with cutlass",
+        ),
+        _error("A_scale fp16", _replace(base, 2, s.half()), {}, ValueError, "`A_scale`.*float32"),
+        _error("A_scale shape", _replace(base, 2, pow2(2)), {}, ValueError, "`A_scale`.*shape"),
+        _error("B_scale shape", _replace(base, 3, pow2(2, 5, 2)), {}, ValueError, "`B_scale`.*shape"),
+        _error("A_scale not a tensor", _replace(base, 2, 1.0), {}, TypeError, "`A_scale`"),
+        _error("scale device", _replace(base, 3, s.to("meta")), {}, ValueError, "`B_scale`.*device"),
+        _error("k mismatch", _replace(base, 1, B[:, :32]), {}, ValueError, "`B`"),
+        _error("out shape", base, {"out": torch.empty(2, 5, 3, dtype=BF16)}, ValueError, "`out`.*shape"),
+        _error("out dtype", base, {"out": torch.empty(2, 3, 5, dtype=FP16)}, ValueError, "`out`.*dtype"),
+        _error("unknown backend", base, {"backend": "tgv"}, ValueError, "`backend`.*cublas"),
+    ]
+
+
+def groupwise_errors():
+    m, n, k = 4, 256, 256
+    a, b = fp8(m, k), fp8(n, k)
+    sa, sb = pow2(m, 2), pow2(2, 2)
+    base = (a, b, sa, sb, "K")
+    return [
+        _error("a 3-D", _replace(base, 0, a[None]), {}, ValueError, "`a`.*hape mismatch"),
+        _error("k mismatch", _replace(base, 1, b[:, :128]), {}, ValueError, r"`b`.*a\.shape\[1\]"),
+        _error("a bf16", _replace(base, 0, a.to(BF16)), {}, ValueError, "`a`.*float8_e4m3fn"),
+        _error("b e5m2", _replace(base, 1, b.to(E5M2)), {}, ValueError, "`b`.*float8_e4m3fn"),
+        _error("a not K-major", _replace(base, 0, fp8(k, m).t()), {}, ValueError, "`a`.*K-major"),
+        _error(
+            "out_dtype fp32", base, {"out_dtype": FP32}, ValueError, "`out_dtype`.*nsupported output dtype"
+        ),
+        _error(
+            "out fp8 without output_scale",
+            base,
+            {"out": torch.empty(m, n, dtype=E4M3)},
+            ValueError,
+            "`out`.*nsupported output dtype",
+        ),
+        _error(
+            "cutlass without mode",
+            _replace(base, 4, None),
+            {},
+            ValueError,
+            "scale_major_mode is required in CUTLASS",
+        ),
+        _error("bad mode", _replace(base, 4, "X"), {}, ValueError, "`scale_major_mode`"),
+        _error(
+            "trtllm granularity",
+            base,
+            {"backend": "trtllm", "scale_granularity_mnk": (128, 128, 128)},
+            ValueError,
+            r"\(1, 128, 128\) in TRTLLM",
+        ),
+        _error(
+            "trtllm small k",
+            (a[:, :128], b[:, :128], sa[:, :1], sb[:, :1], None),
+            {"backend": "trtllm"},
+            ValueError,
+            r"a\.shape\[1\] must be >= 256 in TRTLLM",
+        ),
+        _error(
+            "cutile MN",
+            _replace(base, 4, "MN"),
+            {"backend": "cutile"},
+            ValueError,
+            "scale_major_mode='K' only",
+        ),
+        _error(
+            "cutile granularity",
+            base,
+            {"backend": "cutile", "scale_granularity_mnk": (128, 128, 128)},
+            ValueError,
+            r"\(1, 128, 128\) only",
+        ),
+        _error(
+            "granularity",
+            base,
+            {"scale_granularity_mnk": (1, 64, 128)},
+            ValueError,
+            "`scale_granularity_mnk`",
+        ),
+        _error(
+            "mubin without output_scale", base, {"backend": "mubin"}, BackendSupportedError, "output_scale"
+        ),
+        _error(
+            "output_scale with bf16",
+            base,
+            {"output_scale": torch.empty(m, 2), "out_dtype": BF16},
+            ValueError,
+            "`out_dtype`.*float8_e4m3fn",
+        ),
+        _error("output_scale shape", base, {"output_scale": torch.empty(m, 1)}, ValueError, "`output_scale`"),
+        _error(
+            "output_scale dtype",
+            base,
+            {"output_scale": torch.empty(m, 2, dtype=BF16)},
+            ValueError,
+            "`output_scale`.*float32",
+        ),
+        _error("a_scale shape", _replace(base, 2, pow2(2, m)), {}, ValueError, "`a_scale`.*shape"),
+        _error("b_scale MN shape", _replace(base, 3, pow2(2, 3)), {}, ValueError, "`b_scale`.*shape"),
+        _error(
+            "trtllm a_scale shape",
+            _replace(base, 2, pow2(3, 3)),
+            {"backend": "trtllm"},
+            ValueError,
+            "`a_scale`.*MN-major",
+        ),
+        _error("a_scale fp16", _replace(base, 2, sa.half()), {}, ValueError, "`a_scale`.*float32"),
+        _error("out shape", base, {"out": torch.empty(m, n + 1, dtype=BF16)}, ValueError, "`out`.*shape"),
+        _error("b device", _replace(base, 1, b.to("meta")), {}, ValueError, "`b`.*device"),
+        _error("unknown backend", base, {"backend": "cublas"}, ValueError, "`backend`.*trtllm"),
+        _error("out not a tensor", base, {"out": [0.0]}, TypeError, "`out`"),
+    ]
+
+
+def contiguous_errors():
+    groups, m, n, k = 2, 256, 128, 256
+    a, b = fp8(m, k), fp8(groups, n, k)
+    sa, sb = pow2(m, 2), pow2(groups, 1, 2)
+    ids = torch.arange(groups, dtype=torch.int32).repeat_interleave(128)
+    base = (a, b, sa, sb, ids)
+    return [
+        _error("a e5m2", _replace(base, 0, a.to(E5M2)), {}, ValueError, "`a`.*a must be float8_e4m3fn"),
+        _error("b bf16", _replace(base, 1, b.to(BF16)), {}, ValueError, "`b`.*b must be float8_e4m3fn"),
+        _error("m_indices int64", _replace(base, 4, ids.long()), {}, ValueError, "`m_indices`.*int32"),
+        _error(
+            "m_indices strided",
+            _replace(base, 4, torch.stack([ids, ids], 1)[:, 0]),
+            {},
+            ValueError,
+            "`m_indices`.*contiguous",
+        ),
+        _error("m_indices length", _replace(base, 4, ids[:128]), {}, ValueError, "hape mismatch"),
+        _error(
+            "a not K-major", _replace(base, 0, fp8(k, m).t()), {}, ValueError, "`a`.*major_a must be KMajor"
+        ),
+        _error("out_dtype fp16", base, {"out_dtype": FP16}, ValueError, "`out_dtype`.*d must be bfloat16"),
+        _error(
+            "out not N-major", base, {"out": torch.empty(n, m, dtype=BF16).t()}, ValueError, "`out`.*N-major"
+        ),
+        _error(
+            "out shape", base, {"out": torch.empty(m, n + 1, dtype=BF16)}, ValueError, "`out`.*hape mismatch"
+        ),
+        _error("a_scale shape", _replace(base, 2, pow2(2, m)), {}, AssertionError, "`a_scale`"),
+        _error("b_scale shape", _replace(base, 3, pow2(groups, 2, 2)), {}, AssertionError, "`b_scale`"),
+        _error(
+            "granularity",
+            base,
+            {"scale_granularity_mnk": (128, 128, 128)},
+            ValueError,
+            "`scale_granularity_mnk`",
+        ),
+        _error("scale device", _replace(base, 3, sb.to("meta")), {}, ValueError, "`b_scale`.*device"),
+        _error("out not a tensor", base, {"out": [0.0]}, TypeError, "`out`"),
+    ]
+
+
+def masked_errors():
+    groups, m, n, k = 2, 64, 128, 256
+    a, b = fp8(groups, m, k), fp8(groups, n, k)
+    sa, sb = pow2(groups, m, 2), pow2(groups, 1, 2)
+    masked = torch.tensor([3, 64], dtype=torch.int32)
+    base = (a, b, sa, sb, masked, 16)
+    return [
+        _error("groups", _replace(base, 1, b[:1]), {}, ValueError, "num_groups mismatch"),
+        _error("masked_m groups", _replace(base, 4, masked[:1]), {}, ValueError, "num_groups mismatch"),
+        _error("k mismatch", _replace(base, 1, b[..., :128]), {}, ValueError, "m, n, k mismatch"),
+        _error("expected_m 0", _replace(base, 5, 0), {}, ValueError, "`expected_m`.*greater than 0"),
+        _error("masked_m int64", _replace(base, 4, masked.long()), {}, ValueError, "`masked_m`.*int32"),
+        _error("a e5m2", _replace(base, 0, a.to(E5M2)), {}, ValueError, "a must be float8_e4m3fn"),
+        _error(
+            "b not K-major",
+            _replace(base, 1, fp8(groups, k, n).transpose(1, 2)),
+            {},
+            ValueError,
+            "major_b must be KMajor",
+        ),
+        _error(
+            "out fp16",
+            base,
+            {"out": torch.empty(groups, m, n, dtype=FP16)},
+            ValueError,
+            "`out`.*d must be bfloat16",
+        ),
+        _error(
+            "out shape",
+            base,
+            {"out": torch.empty(groups, m, n + 1, dtype=BF16)},
+            ValueError,
+            "`out`.*m, n, k mismatch",
+        ),
+        _error("a 2-D", _replace(base, 0, a[0]), {}, ValueError, "`a`.*3-D"),
+        _error("a_scale shape", _replace(base, 2, pow2(groups, m, 1)), {}, AssertionError, "`a_scale`"),
+        _error("b_scale shape", _replace(base, 3, pow2(groups, 2, 2)), {}, AssertionError, "`b_scale`"),
+    ]
+
+
+# ----------------------------------------------------------------------------- bad input, per argument
+
+# A valid call each (the outputs hold 7.0, never NaN, so a write shows), then one argument spoiled
+# per row: the documented exception, a message naming the argument, nothing written before.
+# Tensors on "another device" use PyTorch's ``meta`` device, which exists on every machine.
+META = torch.device("meta")
+
+
+def bmm_bf16_args():
+    return dict(A=torch.randn(2, 4, 8).to(BF16), B=torch.randn(2, 3, 8).to(BF16).transpose(-2, -1),
+                out=torch.full((2, 4, 3), 7.0, dtype=BF16))  # fmt: skip
+
+
+def bmm_fp8_args():
+    return dict(A=fp8(2, 4, 32, scale=1.0), B=fp8(2, 3, 32, scale=1.0).transpose(-2, -1), A_scale=torch.ones(()),
+                B_scale=torch.ones(1), dtype=BF16, out=torch.full((2, 4, 3), 7.0, dtype=BF16))  # fmt: skip
+
+
+def groupwise_args():
+    return dict(a=fp8(4, 256, scale=1.0), b=fp8(3, 256, scale=1.0), a_scale=torch.ones(4, 2), b_scale=torch.ones(1, 2),
+                scale_major_mode="K", out=torch.full((4, 3), 7.0, dtype=BF16))  # fmt: skip
+
+
+def grouped_args():
+    return dict(a=fp8(4, 128, scale=1.0), b=fp8(2, 3, 128, scale=1.0), a_scale=torch.ones(4, 1),
+                b_scale=torch.ones(2, 1, 1), m_indices=torch.tensor([0, 0, 1, 1], dtype=torch.int32),
+                out=torch.full((4, 3), 7.0, dtype=BF16))  # fmt: skip
+
+
+def masked_args():
+    return dict(a=fp8(2, 4, 128, scale=1.0), b=fp8(2, 3, 128, scale=1.0), a_scale=torch.ones(2, 4, 1),
+                b_scale=torch.ones(2, 1, 1), masked_m=torch.tensor([2, 4], dtype=torch.int32), expected_m=3,
+                out=torch.full((2, 4, 3), 7.0, dtype=BF16))  # fmt: skip
+
+
+def spoiled(make, arg, value, exc, match, extra=None, index=0) -> ErrorInput:
+    """``make()``'s valid call with ``arg`` set to ``value`` (after ``extra``'s changes)."""
+
+    def call():
+        kwargs = {**make(), **(extra or {}), arg: value() if callable(value) else value}
+        return (), kwargs
+
+    return ErrorInput(f"bad-{arg}-{index}", call, exc, match)
+
+
+def _numbered(rows) -> list:
+    return [spoiled(*row[:5], *row[5:6], index=i) for i, row in enumerate(rows)]
+
+
+def bmm_bf16_bad_inputs():
+    return _numbered([
+        (bmm_bf16_args, "A", fp8(2, 4, 8, scale=1.0), ValueError, "A"),
+        (bmm_bf16_args, "A", torch.randn(4, 8).to(BF16), ValueError, "A"),
+        (bmm_bf16_args, "B", torch.randn(2, 9, 3).to(BF16), ValueError, "B"),
+        (bmm_bf16_args, "B", torch.randn(3, 8, 3).to(BF16), ValueError, "B"),
+        (bmm_bf16_args, "B", torch.randn(2, 8, 3).half(), ValueError, "B"),
+        (bmm_bf16_args, "B", torch.empty(2, 8, 3, dtype=BF16, device=META), ValueError, "B"),
+        (bmm_bf16_args, "out", torch.empty(2, 4, 4, dtype=BF16), ValueError, "out|Output"),
+        (bmm_bf16_args, "out", torch.empty(2, 4, 3, dtype=torch.float32), ValueError, "out|Output"),
+        (bmm_bf16_args, "out", torch.empty(2, 4, 3, dtype=BF16, device=META), ValueError, "out|Output"),
+        (bmm_bf16_args, "out_dtype", E4M3, ValueError, "dtype", {"out": None}),
+        (bmm_bf16_args, "backend", "cuda-magic", ValueError, "backend"),
+        (bmm_bf16_args, "backend", "tgv", ValueError, "tgv|bfloat16",
+         {"out_dtype": torch.float16, "out": torch.full((2, 4, 3), 7.0, dtype=torch.float16)}),
+    ])  # fmt: skip
+
+
+def bmm_fp8_bad_inputs():
+    return _numbered([
+        (bmm_fp8_args, "A", torch.randn(2, 4, 32).to(BF16), ValueError, "A"),
+        (bmm_fp8_args, "B", fp8(2, 33, 3, scale=1.0), ValueError, "B"),
+        (bmm_fp8_args, "dtype", torch.float32, ValueError, "dtype|output dtype"),
+        (bmm_fp8_args, "A_scale", torch.ones(2), ValueError, "A_scale"),
+        (bmm_fp8_args, "A_scale", torch.ones((), device=META), ValueError, "A_scale"),
+        (bmm_fp8_args, "B_scale", torch.ones(1, dtype=torch.float16), ValueError, "B_scale"),
+        (bmm_fp8_args, "A", fp8(2, 4, 32, dtype=E5M2, scale=1.0), ValueError, "e5m2", {"backend": "cutlass"}),
+        (bmm_fp8_args, "out", torch.empty(2, 5, 3, dtype=BF16), (ValueError, RuntimeError), "out"),
+        (bmm_fp8_args, "backend", "cudnn2", ValueError, "backend"),
+    ])  # fmt: skip
+
+
+def groupwise_bad_inputs():
+    return _numbered([
+        (groupwise_args, "a", fp8(1, 4, 256, scale=1.0), ValueError, "a|Shape mismatch"),
+        (groupwise_args, "b", fp8(3, 128, scale=1.0), ValueError, "b|Shape mismatch"),
+        (groupwise_args, "a", torch.randn(4, 256).to(BF16), ValueError, "a"),
+        (groupwise_args, "scale_major_mode", None, ValueError, "scale_major_mode"),
+        (groupwise_args, "a_scale", torch.ones(4, 3), ValueError, "a_scale"),
+        (groupwise_args, "b_scale", torch.ones(2, 2), ValueError, "b_scale"),
+        (groupwise_args, "out_dtype", torch.float32, ValueError, "dtype", {"out": None}),
+        (groupwise_args, "backend", "trtllm", ValueError, "256",
+         {"a": fp8(4, 128, scale=1.0), "b": fp8(3, 128, scale=1.0), "a_scale": torch.ones(1, 4), "b_scale": torch.ones(1, 1)}),
+        (groupwise_args, "backend", "cutile", ValueError, "K", {"scale_major_mode": "MN",
+         "a_scale": torch.ones(2, 4), "b_scale": torch.ones(2, 1)}),
+        (groupwise_args, "backend", "mubin", BackendSupportedError, "output_scale"),
+        (groupwise_args, "backend", "nvidia", ValueError, "backend"),
+    ])  # fmt: skip
+
+
+def grouped_bad_inputs():
+    return _numbered([
+        (grouped_args, "a", fp8(4, 128, dtype=E5M2, scale=1.0), ValueError, "a"),
+        (grouped_args, "m_indices", torch.zeros(4, dtype=torch.int64), ValueError, "m_indices"),
+        (grouped_args, "m_indices", torch.zeros(8, dtype=torch.int32)[::2], ValueError, "m_indices"),
+        (grouped_args, "m_indices", torch.zeros(5, dtype=torch.int32), ValueError, "m_indices|Shape"),
+        (grouped_args, "out", torch.empty(4, 3, dtype=torch.float16), ValueError, "out|d must"),
+        (grouped_args, "b_scale", torch.ones(2, 2, 1), (ValueError, AssertionError), "b_scale"),
+        (grouped_args, "a", fp8(128, 4, scale=1.0).t(), ValueError, "a|major"),
+    ])  # fmt: skip
+
+
+def masked_bad_inputs():
+    return _numbered([
+        (masked_args, "expected_m", 0, ValueError, "expected_m"),
+        (masked_args, "masked_m", torch.tensor([1, 2, 3], dtype=torch.int32), ValueError, "masked_m|num_groups"),
+        (masked_args, "masked_m", torch.tensor([1, 2], dtype=torch.int64), ValueError, "masked_m"),
+        (masked_args, "b", fp8(2, 128, 3, scale=1.0).transpose(-2, -1), ValueError, "b|major"),
+        (masked_args, "out", torch.empty(2, 4, 3, dtype=BF16, device=META), ValueError, "out"),
+    ])  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def compare(result, call, slack=0.0, tensor_cores=False) -> None:
+    """``result`` against the oracle by the rule of its dtype (``oracles``), plus ``slack`` x rms."""
+    ref, ref_abs = call.oracle()
+    assert tuple(result.shape) == tuple(ref.shape), (tuple(result.shape), tuple(ref.shape))
+    output_scale = call.kwargs.get("output_scale")
+    if output_scale is not None:
+        assert result.dtype == E4M3
+        assert_fp8_output(result.cpu(), output_scale.cpu(), ref, ref_abs, slack)
+    else:
+        assert_matches(result.cpu(), ref, ref_abs, call.extra.get("valid"), slack)
+
+
+def _all(*makers):
+    return lambda: [row for make in makers for row in make()]
+
+
+OPS = [
+    OpInfo(
+        "bmm_bf16",
+        G.bmm_bf16,
+        entries(bmm_bf16_samples),
+        _all(bmm_bf16_errors, bmm_bf16_bad_inputs),
+        compare,
+        ("cudnn", "cutlass", "cutile", "tgv", "auto", "mudnn"),
+    ),
+    OpInfo(
+        "bmm_fp8",
+        G.bmm_fp8,
+        entries(bmm_fp8_samples),
+        _all(bmm_fp8_errors, bmm_fp8_bad_inputs),
+        compare,
+        ("cudnn", "cublas", "cutlass", "auto", "mudnn"),
+    ),
+    OpInfo(
+        "gemm_fp8_nt_groupwise",
+        G.gemm_fp8_nt_groupwise,
+        entries(groupwise_samples),
+        _all(groupwise_errors, groupwise_bad_inputs),
+        compare,
+        ("cutlass", "trtllm", "cutile", "auto", "mudnn", "mubin"),
+    ),
+    OpInfo(
+        "group_deepgemm_fp8_nt_groupwise",
+        G.group_deepgemm_fp8_nt_groupwise,
+        entries(contiguous_samples),
+        _all(contiguous_errors, grouped_bad_inputs),
+        compare,
+    ),
+    OpInfo(
+        "batch_deepgemm_fp8_nt_groupwise",
+        G.batch_deepgemm_fp8_nt_groupwise,
+        entries(masked_samples),
+        _all(masked_errors, masked_bad_inputs),
+        compare,
+    ),
+]
+OPS_BY_NAME = {op.name: op for op in OPS}

@@ -1,0 +1,196 @@
+"""The op table's schema (PyTorch's OpInfo idea) and the generic checks every entry goes through.
+
+Two tables use it: ``tests/gemm_ops.py`` (the GEMM APIs) and ``tests/mla_ops.py`` (RoPE + FP8
+quantize, MLA decode on every cache form). Per public function an :class:`OpInfo` lists sample
+inputs (small, degenerate, real-model-like; fresh random data drawn when a test builds them),
+error inputs with the expected exception type and a message pattern naming the argument, the
+backend names, and how to compare a result with its float64 oracle (``tests/oracles.py``, which
+also states the tolerance rules). The generic tests run every entry against every
+implementation:
+
+- ``reference``: the float32 PyTorch implementation (CPU tensors; ``tests/{gemm,mla}``);
+- ``mate``: the MATE adapter over the float64 MATE stand-in (``tests/standin``; CPU tensors
+  routed to ``_mate``; ``tests/{gemm,mla}``);
+- ``cuda``: the CUDA implementation on a CUDA device (``tests/gpu/test_optable_cuda.py``,
+  once per kernel tier): the sample's tensors are copied to the GPU with their strides and
+  aliasing kept, the oracle stays on the CPU, and the tolerance adds the tensor cores' slack
+  (:data:`CUDA_SLACK`). The Triton kernels under the interpreter (CPU) are driven by the
+  kernel suites ``tests/{gemm,mla}/triton``, whose oracles and tolerances are these.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import pytest
+import torch
+from oracles import poison
+
+# The CUDA implementation's extra slack, in units of the result's rms (``oracles.assert_matches``):
+# Hopper's tensor cores accumulate FP8 products with fewer bits than float32 (per-tensor FP8: the
+# whole k, as cuBLAS's fast accumulation; block-scaled FP8: within each 128-wide K block), and
+# cuBLAS may reduce 16-bit split-K partial sums in 16 bits. The same numbers as the hand-written
+# GPU suites (``tests/gpu``). RoPE and decode compare by their own tensor-core rule
+# (``oracles.assert_fp8_close`` / ``assert_decode_close`` with ``tensor_cores=True``).
+CUDA_SLACK = {
+    "bmm_bf16": 4e-3,
+    "bmm_fp8": 2e-2,
+    "gemm_fp8_nt_groupwise": 2e-3,
+    "group_deepgemm_fp8_nt_groupwise": 2e-3,
+    "batch_deepgemm_fp8_nt_groupwise": 2e-3,
+}
+
+# Where the table runs on a CPU-only machine (``tests/{gemm,mla}``); ``cuda`` needs a GPU.
+CPU_IMPLEMENTATIONS = ("reference", "mate")
+
+
+@dataclass
+class Sample:
+    """One call: positional args and kwargs, the float64 expectation, the caller-given outputs."""
+
+    name: str
+    args: tuple
+    kwargs: dict
+    expected: Callable  # () -> what the op's compare takes (computed on first use, on the CPU)
+    outputs: tuple = ()  # kwargs holding caller buffers: poisoned first, returned as given
+    extra: dict = field(default_factory=dict)  # what an op's compare needs besides (valid rows, ...)
+    _oracle: object = None
+
+    def oracle(self):
+        if self._oracle is None:
+            self._oracle = self.expected()
+        return self._oracle
+
+
+@dataclass
+class Entry:
+    """A table row whose (random) data is drawn only when a test builds it."""
+
+    name: str
+    build: Callable[[], Sample]
+
+
+@dataclass
+class ErrorInput:
+    """A bad call: the exception type and a regex its message must match (``re.search``)."""
+
+    name: str
+    build: Callable[[], tuple]  # () -> (args, kwargs)
+    exc: type | tuple
+    match: str
+
+
+@dataclass
+class OpInfo:
+    name: str
+    fn: Callable
+    samples: Callable[[], list]  # -> [Entry]
+    errors: Callable[[], list]  # -> [ErrorInput]
+    compare: Callable  # (result, call: Sample, slack: float, tensor_cores: bool) -> None
+    backends: tuple = ()
+
+
+def sample_params(ops, implementations=CPU_IMPLEMENTATIONS) -> list:
+    """``pytest.param(implementation, op, entry name)`` for every sample of every op."""
+    return [
+        pytest.param(impl, op, entry.name, id=f"{impl}-{op.name}-{entry.name}")
+        for impl in implementations
+        for op in ops
+        for entry in op.samples()
+    ]
+
+
+def error_params(ops, implementations=CPU_IMPLEMENTATIONS) -> list:
+    return [
+        pytest.param(impl, op, error.name, id=f"{impl}-{op.name}-{error.name}")
+        for impl in implementations
+        for op in ops
+        for error in op.errors()
+    ]
+
+
+def build(op: OpInfo, name: str) -> Sample:
+    """The sample ``name`` of ``op``, its random data drawn now."""
+    entry = next(e for e in op.samples() if e.name == name)
+    return entry.build()
+
+
+def error_named(op: OpInfo, name: str) -> ErrorInput:
+    return next(e for e in op.errors() if e.name == name)
+
+
+# ----------------------------------------------------------------------------- running a sample
+
+
+def to_device(sample: Sample, device) -> Sample:
+    """The sample with every tensor copied to ``device``: strides, storage offsets and aliasing
+    (outputs that are slices of one fused buffer) kept; the oracle keeps the CPU inputs."""
+    if torch.device(device).type == "cpu":
+        return sample
+    storages = {}
+
+    def move(value):
+        if isinstance(value, (list, tuple)):
+            return type(value)(move(v) for v in value)
+        if not isinstance(value, torch.Tensor) or value.device.type == "meta":
+            return value
+        key = value.untyped_storage().data_ptr()
+        if key not in storages:
+            raw = torch.empty(0, dtype=torch.uint8).set_(value.untyped_storage())
+            storages[key] = raw.to(device).untyped_storage()
+        moved = torch.empty(0, dtype=value.dtype, device=device)
+        return moved.set_(storages[key], value.storage_offset(), value.shape, value.stride())
+
+    return replace(sample, args=move(sample.args), kwargs={k: move(v) for k, v in sample.kwargs.items()})
+
+
+def run_sample(op: OpInfo, sample: Sample, device="cpu", slack=0.0, **changes):
+    """Call the op on the sample (``changes`` replace kwargs; outputs poisoned first), check that
+    caller buffers come back as given, and compare with the oracle."""
+    call = to_device(sample, device)
+    for name in call.outputs:
+        poison(call.kwargs[name])
+    result = op.fn(*call.args, **{**call.kwargs, **changes})
+    returned = result if isinstance(result, tuple) else (result,)
+    for name in call.outputs:
+        if name not in changes:
+            assert any(r is call.kwargs[name] for r in returned), (
+                f"`{name}` is not returned as the given buffer"
+            )
+    op.compare(result, call, slack, torch.device(device).type != "cpu")
+    return result
+
+
+# ----------------------------------------------------------------------------- running an error
+
+
+def _tensors(values) -> list:
+    found = []
+    for value in values:
+        if isinstance(value, (list, tuple)):
+            found += _tensors(value)
+        elif isinstance(value, torch.Tensor) and value.device.type != "meta":
+            found.append(value)
+    return found
+
+
+def _same(now: torch.Tensor, saved: torch.Tensor) -> bool:
+    if now.dtype.is_floating_point:  # buffers may hold NaN (torch.empty): compare with NaN == NaN
+        return torch.equal(now.float().nan_to_num(123.0), saved.float().nan_to_num(123.0))
+    return torch.equal(now, saved)
+
+
+def raises_before_any_write(op: OpInfo, error: ErrorInput) -> None:
+    """The call raises the expected exception with a message matching the pattern, and no caller
+    tensor was written before."""
+    args, kwargs = error.build()
+    tensors = _tensors([*args, *kwargs.values()])
+    before = [t.clone() for t in tensors]
+    with pytest.raises(error.exc) as raised:
+        op.fn(*args, **kwargs)
+    message = str(raised.value)
+    assert re.search(error.match, message), (error.match, message)
+    for now, saved in zip(tensors, before):
+        assert _same(now, saved), f"{op.name}: a caller tensor was written before `{error.name}` was rejected"

@@ -1,0 +1,551 @@
+"""The float64 oracles, the input builders and the tolerance rules of every test (one module).
+
+Oracles are written from the FlashInfer v0.6.17 contract, independently of the package (whose
+reference implementation works in float32, blocked and online): explicit per-K-block sums and
+per-row group lookups for the GEMMs, gather-mask-softmax over every candidate key for decode
+(FlashMLA style), a float64 rotation for RoPE.
+
+Inputs are exactly representable: FP8 operands are random values already cast to FP8, scales
+are powers of two, decode inputs are values already in the cache dtype. So what is left between
+an implementation and its oracle is the accumulation and one rounding to the output dtype.
+
+Tolerance rules, one per output dtype, stated here once:
+
+- bf16 / fp16 / fp32 GEMM outputs (:func:`assert_matches`): every element within
+  ``RTOL[dtype] * |ref| + ACC_TOL * ref_abs`` (half an output ulp plus a bound on float32
+  accumulation, ``ref_abs`` the same product over absolute values); fp16 adds 2**-24 for
+  subnormals. An implementation on tensor cores adds ``slack * rms(ref)`` (``optable.CUDA_SLACK``).
+- FP8 E4M3 GEMM outputs with a per-128-column scale (:func:`assert_fp8_output`): one E4M3 ulp.
+- FP8 RoPE outputs (:func:`assert_fp8_close`): within one FP8 step, and at most 1% of the
+  elements not bit-exact (a rounding tie between float32 and float64).
+- bf16 decode outputs (:func:`assert_decode_close`): rtol 1e-2 / atol 2e-3 (one bf16 rounding
+  plus float32 sums); the base-2 LSE (float32): rtol 1e-5 / atol 1e-4.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+RTOL = {BF16: 2.0**-8, FP16: 2.0**-11, FP32: 2.0**-23}
+ACC_TOL = 2.0**-16
+LOG2E = 1.0 / math.log(2.0)
+INT32_MAX = 2**31 - 1
+E4M3_MAX = 448.0
+# E4M3 keeps 3 mantissa bits: rounding to nearest costs at most 2**-4 relative in the normal
+# range and half the subnormal step (2**-9) absolute; the three float32 roundings of the
+# quantization (q = 448 / amax, x * q, 1 / q) add at most 2**-20 relative.
+E4M3_REL = 2.0**-4 + 2.0**-20
+E4M3_SUBNORMAL_HALF_STEP = 2.0**-10
+
+
+# ============================================================================ inputs
+
+
+def _shape(shape) -> tuple:
+    """``f(2, 3)`` and ``f((2, 3))`` alike."""
+    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)) else shape
+
+
+def fp8(*shape, dtype=E4M3, scale=3.0, generator=None):
+    """Random values that are exactly FP8 (never all zero)."""
+    return (torch.randn(_shape(shape), generator=generator) * scale).to(dtype)
+
+
+def pow2(*shape, low=-3, high=4, generator=None):
+    """Random power-of-two scales in [2**low, 2**(high-1)] (default [1/8, 8])."""
+    return 2.0 ** torch.randint(low, high, _shape(shape), generator=generator).float()
+
+
+def poisoned(*shape, dtype):
+    return torch.full(shape, float("nan"), dtype=dtype)
+
+
+def poison(tensor: torch.Tensor) -> None:
+    """Fill a caller buffer with NaN (FP8: its NaN bits), so every element must be overwritten."""
+    if tensor.dtype in (E4M3, E5M2):
+        tensor.view(torch.uint8).fill_(0x7F)
+    else:
+        tensor.fill_(math.nan)
+
+
+def strided_out(*shape, dtype):
+    """A NaN-poisoned output whose last dimension has stride 2 (a view into a larger buffer)."""
+    base = torch.full((*shape[:-1], 2 * shape[-1]), float("nan"), dtype=dtype)
+    return base[..., ::2]
+
+
+def col_major(x):
+    """``x (b, k, n)`` as the transpose view of a contiguous ``(b, n, k)`` tensor."""
+    return x.transpose(-2, -1).contiguous().transpose(-2, -1)
+
+
+def quantized(shape, dtype, scale=1.0) -> torch.Tensor:
+    """Random values exactly representable in ``dtype`` (so the oracle sees the same inputs)."""
+    return (torch.randn(shape) * scale).clamp(-8, 8).to(dtype)
+
+
+def cos_sin_cache(
+    max_pos: int, rope_dim: int, base: float = 10000.0, yarn_mscale: float = 1.0
+) -> torch.Tensor:
+    """``[max_pos, rope_dim]`` float32: cos half then sin half (FlashInfer / vLLM layout)."""
+    inv_freq = base ** (-torch.arange(0, rope_dim, 2, dtype=torch.float64) / rope_dim)
+    angles = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv_freq
+    return (torch.cat((angles.cos(), angles.sin()), dim=-1) * yarn_mscale).float()
+
+
+def physical_slots(batch, q_len, topk, seq_lens, page_size, num_pages, pad_to=None):
+    """Per-token slot lists like the callers build them: logical positions through a random page map.
+
+    Each request gets its own pages; token t lists logical positions ``0 .. n_t-1`` (shuffled),
+    then -1 padding.
+    """
+    pages_per_request = num_pages // batch
+    perm = torch.randperm(num_pages)
+    indices = torch.full((batch, q_len, topk), -1, dtype=torch.int32)
+    for b in range(batch):
+        pages = perm[b * pages_per_request : (b + 1) * pages_per_request]
+        length = min(int(seq_lens[b]), pages_per_request * page_size)
+        for t in range(q_len):
+            n = min(topk, length, pad_to if pad_to is not None else topk)
+            logical = torch.randperm(length)[:n]
+            indices[b, t, :n] = (pages[logical // page_size] * page_size + logical % page_size).int()
+    return indices
+
+
+# ============================================================================ GEMM oracles
+
+
+def oracle_bmm(A, B, sa=None, sb=None):
+    """float64 ``(A @ B) * sa * sb`` via an explicit einsum; also the absolute-value product."""
+    a, b = A.double(), B.double()
+    ref = torch.einsum("bmk,bkn->bmn", a, b)
+    ref_abs = torch.einsum("bmk,bkn->bmn", a.abs(), b.abs())
+    if sa is not None:
+        scale = sa.double() * sb.double()
+        ref, ref_abs = ref * scale, ref_abs * scale.abs()
+    return ref, ref_abs
+
+
+def oracle_groupwise(a, b, sa, sb, gm, gn, gk):
+    """``sum_kb sa[i//gm, kb] * sb[j//gn, kb] * sum_{k in kb} a[i,k] b[j,k]`` in float64.
+
+    ``sa`` is ``(ceil(m/gm), kb)`` and ``sb`` ``(ceil(n/gn), kb)`` in logical K-major order.
+    """
+    m, k = a.shape
+    n = b.shape[0]
+    rows = torch.arange(m) // gm
+    cols = torch.arange(n) // gn
+    ref = torch.zeros(m, n, dtype=torch.float64)
+    ref_abs = torch.zeros(m, n, dtype=torch.float64)
+    for kb in range(math.ceil(k / gk)):
+        part = slice(kb * gk, min(k, (kb + 1) * gk))
+        scale = sa.double()[rows, kb][:, None] * sb.double()[cols, kb][None, :]
+        ref += scale * (a[:, part].double() @ b[:, part].double().t())
+        ref_abs += scale.abs() * (a[:, part].double().abs() @ b[:, part].double().abs().t())
+    return ref, ref_abs
+
+
+def oracle_contiguous(a, b, sa, sb, ids):
+    """Per row ``r``: the groupwise oracle of row r against group ``ids[r]``; rows with invalid ids: NaN."""
+    m, n, groups = a.shape[0], b.shape[1], b.shape[0]
+    ref = torch.full((m, n), float("nan"), dtype=torch.float64)
+    ref_abs = torch.zeros(m, n, dtype=torch.float64)
+    for g in range(groups):
+        rows = (ids == g).nonzero().flatten()
+        if len(rows):
+            r, ra = oracle_groupwise(a[rows], b[g], sa[rows], sb[g], 1, 128, 128)
+            ref[rows], ref_abs[rows] = r, ra
+    return ref, ref_abs
+
+
+def oracle_masked(a, b, sa, sb, masked_m):
+    groups, m, _ = a.shape
+    n = b.shape[1]
+    ref = torch.full((groups, m, n), float("nan"), dtype=torch.float64)
+    ref_abs = torch.zeros(groups, m, n, dtype=torch.float64)
+    for g in range(groups):
+        rows = min(max(int(masked_m[g]), 0), m)
+        if rows:
+            r, ra = oracle_groupwise(a[g, :rows], b[g], sa[g, :rows], sb[g], 1, 128, 128)
+            ref[g, :rows], ref_abs[g, :rows] = r, ra
+    return ref, ref_abs
+
+
+def quantize_oracle(x: torch.Tensor, block_rows: int):
+    """Upstream's SM90 block quantization, independently: ``(values e4m3, scales float32, amax)``.
+
+    Per ``block_rows x 128`` block: ``q = fl32(448 / amax)`` (1 if ``amax == 0``),
+    ``values = e4m3(clamp(fl32(x * q), +-448))``, ``scale = fl32(1 / q)``. float64 division
+    and multiplication of float32 numbers rounded once to float32 equal float32 arithmetic.
+    """
+    rows, cols = x.shape
+    row_blocks, col_blocks = math.ceil(rows / block_rows), cols // 128
+    values = torch.empty(rows, cols, dtype=E4M3)
+    scales = torch.empty(row_blocks, col_blocks, dtype=torch.float32)
+    amaxes = torch.empty(row_blocks, col_blocks, dtype=torch.float64)
+    for i in range(row_blocks):
+        r = slice(i * block_rows, min(rows, (i + 1) * block_rows))
+        for j in range(col_blocks):
+            c = slice(j * 128, (j + 1) * 128)
+            block = x[r, c].double()
+            amax = block.abs().max()
+            # tensor / tensor divides once (a Python number / tensor multiplies by a reciprocal)
+            q = (
+                torch.tensor(1.0)
+                if amax == 0
+                else (torch.tensor(E4M3_MAX, dtype=torch.float64) / amax).float()
+            )
+            scaled = (block * q.double()).float().clamp(-E4M3_MAX, E4M3_MAX)
+            values[r, c] = scaled.to(E4M3)
+            scales[i, j] = (torch.tensor(1.0, dtype=torch.float64) / q.double()).float()
+            amaxes[i, j] = amax
+    return values, scales, amaxes
+
+
+def dequantized(values, scales, block_rows):
+    per_element = scales.double().repeat_interleave(block_rows, 0)[: values.shape[0]]
+    return values.double() * per_element.repeat_interleave(128, 1)
+
+
+def blockscale_oracle(input, weight, input_scale, weight_scale):
+    """float64 ``(ref, ref_abs)`` of ``fp8_blockscale_gemm_sm90`` with upstream's quantization.
+
+    ``input_scale`` is the logical ``(M, K/128)`` scale (FP8 input) and ``weight_scale`` the
+    ``(N or N/128, K/128)`` one (FP8 weight); 16-bit operands are quantized by the oracle.
+    """
+    if input.dtype == torch.bfloat16:
+        values, scales, _ = quantize_oracle(input, 1)
+        a, sa = values, scales
+    else:
+        a, sa = input, input_scale
+    if weight.dtype == torch.bfloat16:
+        values, scales, _ = quantize_oracle(weight, 128)
+        b, sb, block_n = values, scales, 128
+    else:
+        b, sb = weight, weight_scale
+        block_n = 1 if weight_scale.shape[0] == weight.shape[0] else 128
+    return oracle_groupwise(a, b, sa, sb, 1, block_n, 128)
+
+
+def row_scales(a_scale_blocks, m_indptr, m, block_m):
+    """Per-row A scales of the grouped GEMM: group ``g``'s blocks start at ``m_indptr[g] // block_m``."""
+    rows = torch.zeros(m, a_scale_blocks.shape[1], dtype=a_scale_blocks.dtype)
+    bounds = m_indptr.tolist()
+    for g in range(len(bounds) - 1):
+        for r in range(bounds[g], bounds[g + 1]):
+            rows[r] = a_scale_blocks[bounds[g] // block_m + (r - bounds[g]) // block_m]
+    return rows
+
+
+def oracle_segments(a, b, a_rows, b_blocks, m_indptr):
+    """float64 ``(ref, ref_abs)`` per segment; rows outside every segment are NaN (untouched)."""
+    m, n = a.shape[0], b.shape[1]
+    ref = torch.full((m, n), float("nan"), dtype=torch.float64)
+    ref_abs = torch.zeros(m, n, dtype=torch.float64)
+    bounds = m_indptr.tolist()
+    for g in range(len(bounds) - 1):
+        rows = slice(bounds[g], bounds[g + 1])
+        if bounds[g + 1] > bounds[g]:
+            ref[rows], ref_abs[rows] = oracle_groupwise(a[rows], b[g], a_rows[rows], b_blocks[g], 1, 128, 128)
+    return ref, ref_abs
+
+
+# ============================================================================ GEMM tolerances
+
+
+def _rms(ref, valid=None) -> float:
+    values = ref if valid is None else ref[valid]
+    values = values[values.isfinite()]
+    return values.pow(2).mean().sqrt().item() if values.numel() else 0.0
+
+
+def assert_matches(out, ref, ref_abs, valid=None, slack=0.0):
+    """Every element of ``out`` (where ``valid``) within the stated bound, plus ``slack`` times
+    the rms of the result (an accumulation with fewer bits than float32: tensor cores); the
+    other elements untouched (NaN)."""
+    dtype = out.dtype
+    got = out.double()
+    if valid is None:
+        valid = torch.ones(ref.shape, dtype=torch.bool)
+    if dtype == E4M3:
+        raise AssertionError("use assert_fp8_output for FP8 outputs")
+    bound = RTOL[dtype] * ref.abs() + ACC_TOL * ref_abs + (2.0**-24 if dtype == FP16 else 0.0)
+    if slack:
+        bound = bound + slack * _rms(ref, valid)
+    err = (got - ref).abs()
+    bad = valid & ~(err <= bound)
+    assert not bad.any(), (
+        f"{int(bad.sum())} of {int(valid.sum())} elements out of tolerance; first at "
+        f"{bad.nonzero()[0].tolist()}: got {got[bad][0].item()}, expected {ref[bad][0].item()}"
+    )
+    untouched = ~valid
+    assert got[untouched].isnan().all(), "rows that must be left untouched were written"
+
+
+def assert_fp8_output(out, output_scale, ref, ref_abs, slack=0.0):
+    """An E4M3 output with one float32 scale per 128 columns: the scale is the block's amax / 448
+    (within the accumulation error), each element within one E4M3 ulp (``slack``: as above)."""
+    n = ref.shape[1]
+    acc = slack * _rms(ref)
+    nb = math.ceil(n / 128)
+    padded = torch.nn.functional.pad(ref.abs(), (0, nb * 128 - n))
+    expected_scale = padded.view(ref.shape[0], nb, 128).amax(-1).clamp_min(1e-12) / 448
+    scale_err = (output_scale.double() - expected_scale).abs()
+    # The scale is computed from the float32 accumulator: its error is the accumulation error.
+    acc_bound = ACC_TOL * torch.nn.functional.pad(ref_abs, (0, nb * 128 - n)).view(-1, nb, 128).amax(-1) / 448
+    assert (scale_err <= acc_bound + acc / 448 + 2.0**-23 * expected_scale).all(), (
+        "output_scale out of tolerance"
+    )
+    per_element = output_scale.double().repeat_interleave(128, 1)[:, :n]
+    deq = out.double() * per_element
+    bound = 2.0**-3 * ref.abs() + 2.0**-9 * per_element + 2 * ACC_TOL * ref_abs + 2 * acc
+    assert ((deq - ref).abs() <= bound).all(), "FP8 output out of tolerance"
+
+
+def _quantization_error(x, block_rows):
+    """Per-element bound on ``|dequant(quant(x)) - x|`` (float64), or zeros for FP8 operands."""
+    if x.dtype != torch.bfloat16:
+        return torch.zeros(x.shape, dtype=torch.float64)
+    _, _, amax = quantize_oracle(x, block_rows)
+    step = (amax / E4M3_MAX).repeat_interleave(block_rows, 0)[: x.shape[0]].repeat_interleave(128, 1)
+    return E4M3_REL * x.double().abs() + E4M3_SUBNORMAL_HALF_STEP * step * (1 + 2.0**-20)
+
+
+def quantization_error_bound(input, weight, input_scale, weight_scale, out_dtype):
+    """``(ref, bound)``: the float64 product of the operands as given, and the stated error bound.
+
+    With ``da`` / ``db`` the quantization errors above (zero for an FP8 operand, which is used as
+    given with its scales):
+    ``|out - ref| <= |da| |b|^T + |a| |db|^T + |da| |db|^T + 2**-16 (|a| + |da|)(|b| + |db|)^T``
+    plus one output rounding. So W8A8 is exact up to accumulation and rounding, BF16 + FP8 adds
+    about ``2**-4 sum |a||b|`` (the activation's 3-bit mantissa), BF16 + BF16 twice that.
+    """
+    a = input.double() if input.dtype == torch.bfloat16 else dequantized(input, input_scale, 1)
+    if weight.dtype == torch.bfloat16:
+        b = weight.double()
+    else:
+        b = dequantized(weight, weight_scale, 1 if weight_scale.shape[0] == weight.shape[0] else 128)
+    da, db = _quantization_error(input, 1), _quantization_error(weight, 128)
+    ref = a @ b.t()
+    bound = da @ b.abs().t() + a.abs() @ db.t() + da @ db.t()
+    bound += ACC_TOL * (a.abs() + da) @ (b.abs() + db).t()
+    return ref, bound + RTOL[out_dtype] * (ref.abs() + bound)
+
+
+# ============================================================================ RoPE
+
+
+def saturate(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Round-to-nearest FP8 with saturation to the finite maximum."""
+    fmax = torch.finfo(dtype).max
+    return x.clamp(-fmax, fmax).to(dtype)
+
+
+def rotate(x, cache, pos_ids, is_neox):
+    """``x [nnz, ..., rope_dim]`` rotated by the cache rows at ``pos_ids``, in float64."""
+    rows = cache.double()[pos_ids.long()]
+    half = cache.shape[1] // 2
+    cos, sin = rows[:, :half], rows[:, half:]
+    x = x.double()
+    c = cos.view(-1, *([1] * (x.dim() - 2)), half)
+    s = sin.view(-1, *([1] * (x.dim() - 2)), half)
+    y = torch.empty_like(x)
+    if is_neox:
+        y[..., :half] = x[..., :half] * c - x[..., half:] * s
+        y[..., half:] = x[..., half:] * c + x[..., :half] * s
+    else:
+        y[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s
+        y[..., 1::2] = x[..., 1::2] * c + x[..., 0::2] * s
+    return y
+
+
+def rope_oracle(q_rope, k_rope, q_nope, k_nope, cache, pos_ids, is_neox, scale_q, scale_kv, dtype):
+    """The four FP8 outputs of ``rope_quantize_fp8`` computed in float64 (nope may be None)."""
+
+    def nope(x, scale, like):
+        if x is None:
+            return torch.empty(*like.shape[:-1], 0, dtype=dtype)
+        return saturate(x.double() * scale, dtype)
+
+    return (
+        saturate(rotate(q_rope, cache, pos_ids, is_neox) * scale_q, dtype),
+        saturate(rotate(k_rope, cache, pos_ids, is_neox) * scale_kv, dtype),
+        nope(q_nope, scale_q, q_rope),
+        nope(k_nope, scale_kv, k_rope),
+    )
+
+
+def assert_fp8_close(
+    actual: torch.Tensor, expected: torch.Tensor, name: str = "output", tensor_cores=False
+) -> None:
+    """Every element within one FP8 rounding step (the float32 vs float64 rounding boundary), and
+    nearly all bit-exact. ``tensor_cores`` (a GPU kernel, whose products and cos/sin tables round
+    differently): within one step of the saturated value, no bit-exactness count."""
+    assert actual.dtype == expected.dtype, (name, actual.dtype, expected.dtype)
+    assert actual.shape == expected.shape, (name, actual.shape, expected.shape)
+    if actual.numel() == 0:
+        return
+    a, e = actual.float(), expected.float()
+    assert torch.equal(a.isnan(), e.isnan()), f"{name}: NaN positions differ"
+    a, e = a.nan_to_num(), e.nan_to_num()
+    mantissa_bits = 3 if actual.dtype == E4M3 else 2
+    tiny = torch.finfo(actual.dtype).smallest_normal * 2.0**-mantissa_bits
+    step = e.abs() * 2.0**-mantissa_bits + tiny
+    bad = (a - e).abs() > step
+    assert not bad.any(), f"{name}: {int(bad.sum())} of {a.numel()} elements off by more than one FP8 step"
+    if tensor_cores:
+        return
+    # Nearly all elements must be bit-exact; a one-step difference needs a rounding tie.
+    assert (a != e).float().mean() <= 0.01, f"{name}: too many one-step differences"
+
+
+# ============================================================================ MLA decode
+
+
+def decode_oracle(query, kv_rows, candidates, bmm1, bmm2, sinks, kv_lora_rank):
+    """Attention of each query token over its own candidate rows, in float64.
+
+    ``candidates[b][t]`` is the list of key rows (ints) token t of request b attends. Returns
+    ``out [B, q_len, H, kv_lora_rank]`` and the base-2 ``lse [B, q_len, H]`` (+inf when empty).
+    """
+    batch, q_len, heads, _ = query.shape
+    out = torch.zeros(batch, q_len, heads, kv_lora_rank, dtype=torch.float64)
+    lse = torch.full((batch, q_len, heads), math.inf, dtype=torch.float64)
+    q = query.double()
+    kv = kv_rows.double()
+    for b in range(batch):
+        for t in range(q_len):
+            rows = candidates[b][t]
+            if not rows:
+                continue
+            keys = kv[torch.tensor(rows)]
+            scores = (q[b, t] @ keys.T) * bmm1  # [H, n]
+            lse_nat = torch.logsumexp(scores, dim=-1)
+            probs = torch.softmax(scores, dim=-1)
+            value = probs @ keys[:, :kv_lora_rank]
+            if sinks is not None:
+                value = value * torch.sigmoid(lse_nat - sinks.double())[:, None]
+            out[b, t] = value * bmm2
+            lse[b, t] = lse_nat * LOG2E
+    return out, lse
+
+
+def sparse_candidates(indices, seq_lens, num_slots):
+    """FlashInfer's sparse rule: the first ``min(topk, seq_len - (q_len-1-t))`` positions, valid ones."""
+    batch, q_len, topk = indices.shape
+    result = []
+    for b in range(batch):
+        per_token = []
+        for t in range(q_len):
+            n = min(topk, int(seq_lens[b]) - (q_len - 1 - t))
+            row = [int(i) for i in indices[b, t, : max(n, 0)]]
+            per_token.append([i for i in row if 0 <= i < num_slots])
+        result.append(per_token)
+    return result
+
+
+def dense_candidates(block_tables, seq_lens, q_len, page_size, num_pages):
+    """Dense rule: positions ``0 .. L-1``, ``L = seq_len - (q_len-1-t)``, through the page table."""
+    result = []
+    for b in range(block_tables.shape[0]):
+        per_token = []
+        for t in range(q_len):
+            length = int(seq_lens[b]) - (q_len - 1 - t)
+            rows = []
+            for pos in range(max(length, 0)):
+                page = int(block_tables[b, pos // page_size])
+                if 0 <= page < num_pages:
+                    rows.append(page * page_size + pos % page_size)
+            per_token.append(rows)
+        result.append(per_token)
+    return result
+
+
+def sparse_decode_oracle(query, kv_rows, indices, seq_lens, bmm1, bmm2, sinks=None, kv_lora_rank=512):
+    """:func:`decode_oracle` over FlashInfer's sparse candidates (:func:`sparse_candidates`)."""
+    candidates = sparse_candidates(indices, seq_lens, kv_rows.shape[0])
+    return decode_oracle(query, kv_rows, candidates, bmm1, bmm2, sinks, kv_lora_rank)
+
+
+def assert_decode_close(out, lse, expected_out, expected_lse, dtype_note="", tensor_cores=False):
+    """BF16 output: rtol 1e-2 / atol 2e-3 (one bf16 rounding + float32 sums); LSE: 1e-4.
+
+    ``tensor_cores`` (a GPU kernel: bf16 probabilities into the PV product, FP8 Q K^T chains
+    accumulated at the tensor core's precision): every element written, within 2e-2 of the
+    largest output; the LSE within 3e-4 relative, +inf exactly where nothing was attended."""
+    if tensor_cores:
+        assert not out.isnan().any(), f"out {dtype_note}: an element was not written"
+        scale = max(expected_out.abs().max().item(), 1e-3) if expected_out.numel() else 1.0
+        assert (out.double() - expected_out).abs().max().item() <= 2e-2 * scale if out.numel() else True
+        if lse is not None and lse.numel():
+            finite = ~expected_lse.isinf()
+            assert torch.equal(lse.isinf(), ~finite), f"lse {dtype_note}: +inf rows differ"
+            if finite.any():
+                err = (lse.double()[finite] - expected_lse[finite]).abs().max().item()
+                assert err <= 3e-4 * max(1.0, expected_lse[finite].abs().max().item()), (
+                    f"lse {dtype_note}: {err}"
+                )
+        return
+    torch.testing.assert_close(
+        out.double(), expected_out, rtol=1e-2, atol=2e-3, msg=lambda m: f"out {dtype_note}: {m}"
+    )
+    if lse is not None:
+        torch.testing.assert_close(
+            lse.double(), expected_lse, rtol=1e-5, atol=1e-4, msg=lambda m: f"lse {dtype_note}: {m}"
+        )
+
+
+# ============================================================================ the packed 656-byte cache
+
+PACKED_ROW_BYTES = 656
+
+
+def packed_pool(slots: int, pow2: bool = True):
+    """``(rows [slots, 656] uint8, keys [slots, 576] float64)`` of random codes, scales and RoPE."""
+    codes = torch.randn(slots, 512).mul(60).clamp(-448, 448).to(E4M3)
+    if pow2:  # DeepSeek-V3.2's power-of-two scales (kv_scale_format "pow2_fp32")
+        scales = torch.pow(2.0, torch.randint(-10, -5, (slots, 4)).float())
+    else:  # GLM's arbitrary scales ("arbitrary_fp32")
+        scales = torch.rand(slots, 4) * 0.01 + 1e-3
+    rope = (torch.randn(slots, 64) * 0.5).bfloat16()
+    return pack(codes, scales, rope), keys_of(codes, scales, rope)
+
+
+def pack(codes, scales, rope) -> torch.Tensor:
+    """The 656-byte rows: 512 e4m3 codes, 4 float32 scales, 64 bf16 values."""
+    parts = (
+        codes.view(torch.uint8),
+        scales.float().contiguous().view(torch.uint8),
+        rope.contiguous().view(torch.uint8),
+    )
+    return torch.cat(parts, dim=-1)
+
+
+def keys_of(codes, scales, rope) -> torch.Tensor:
+    """The float64 K rows the packed rows stand for."""
+    return torch.cat((codes.double() * scales.double().repeat_interleave(128, -1), rope.double()), -1)
+
+
+def packed_oracle(query, keys, indices, lengths, bmm1, sinks):
+    """float64 ``out [B, q_len, H, 512]`` and base-2 ``lse [B, q_len, H]`` (sinks included)."""
+    batch, q_len, heads, _ = query.shape
+    topk = indices.shape[-1]
+    out = torch.zeros(batch, q_len, heads, 512, dtype=torch.float64)
+    lse = torch.empty(batch, q_len, heads, dtype=torch.float64)
+    sink_mass = torch.zeros(heads, dtype=torch.float64) if sinks is None else sinks.double().exp()
+    for b in range(batch):
+        for t in range(q_len):
+            n = topk if lengths is None else max(0, min(topk, int(lengths.reshape(-1)[b * q_len + t])))
+            ids = [i for i in indices[b, t, :n].tolist() if 0 <= i < keys.shape[0]]
+            total = sink_mass.clone()
+            if ids:
+                k = keys[ids]
+                weights = (bmm1 * query[b, t].double() @ k.T).exp()  # [H, n]
+                total += weights.sum(-1)
+                out[b, t] = weights @ k[:, :512] / total[:, None]
+            lse[b, t] = total.log() * LOG2E
+    return out, lse
