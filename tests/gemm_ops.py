@@ -22,14 +22,18 @@ from oracles import (
     FP32,
     assert_fp8_output,
     assert_matches,
+    blockscale_oracle,
     col_major,
     fp8,
     oracle_bmm,
     oracle_contiguous,
     oracle_groupwise,
     oracle_masked,
+    oracle_segments,
     poisoned,
     pow2,
+    quantization_error_bound,
+    row_scales,
     strided_out,
 )
 
@@ -605,6 +609,265 @@ def masked_bad_inputs():
     ])  # fmt: skip
 
 
+# ----------------------------------------------------------------------------- the sibling APIs
+
+
+def blockscaled_samples():
+    """``gemm_fp8_nt_blockscaled``: 128 x 128 blocks on both sides, both scale majors."""
+    out = []
+    for mode in ("MN", "K"):
+        for m, n, k, out_dtype in [(256, 128, 256, BF16), (130, 200, 384, FP16), (1, 128, 128, BF16)]:
+            a, b = fp8(m, k), fp8(n, k)
+            sa, sb = (
+                pow2(math.ceil(m / 128), math.ceil(k / 128)),
+                pow2(math.ceil(n / 128), math.ceil(k / 128)),
+            )
+            stored = (sa, sb) if mode == "K" else (sa.t().contiguous(), sb.t().contiguous())
+            expected = partial(oracle_groupwise, a, b, sa, sb, 128, 128, 128)
+            kwargs = {"out": poisoned(m, n, dtype=out_dtype)}
+            out.append(_sample(f"{mode}-{out_dtype}-{m}x{n}x{k}", (a, b, *stored, mode), kwargs, expected))
+    return out
+
+
+def blockscaled_errors():
+    a, b = fp8(128, 256), fp8(128, 256)
+    s = pow2(2, 1)
+    out = poisoned(128, 128, dtype=BF16)
+    return [
+        _error("no mode", (a, b, s, s, None), {"out": out}, ValueError, "scale_major_mode is required in CUTLASS"),
+        _error("per-row a_scale", (a, b, pow2(128, 2), s, "MN"), {"out": out}, ValueError, "`a_scale`.*shape"),
+        _error("out fp32", (a, b, s, s), {"out": poisoned(128, 128, dtype=FP32)}, ValueError, "nsupported output dtype"),
+    ]  # fmt: skip
+
+
+def blockscaled_mate_call(call, calls) -> None:
+    assert only_call(calls, "gemm.bmm")["recipe_a"] == (1, 128)  # A scales expanded per row
+
+
+# (name, offsets, rows, n, k, scale major, block_m, dtypes, out dtype, strided out, kwargs)
+GROUP_CASES = [
+    ("mn-empty-groups", [0, 4, 4, 12, 12, 20], 20, 128, 256, "MN", 1, (E4M3, E4M3), BF16, False, {}),
+    ("k-major", [0, 7, 20], 20, 200, 384, "K", 1, (E4M3, E4M3), BF16, False, {}),
+    ("tail-rows-untouched", [0, 8, 16], 24, 128, 256, "MN", 1, (E4M3, E4M3), FP16, False, {}),
+    ("leading-rows-untouched", [4, 9, 16], 16, 128, 256, "K", 1, (E4M3, E4M3), BF16, True, {}),
+    ("e5m2-mix", [0, 5, 13], 13, 128, 256, "K", 1, (E5M2, E4M3), BF16, False, {"backend": "cutile"}),
+    ("block-128-aligned", [0, 128, 256], 256, 128, 256, "K", 128, (E4M3, E4M3), BF16, False, {}),
+    ("block-128-unaligned", [0, 100, 300], 300, 128, 256, "MN", 128, (E4M3, E4M3), BF16, False, {}),
+    ("one-group", [0, 3], 3, 8, 16, "MN", 1, (E4M3, E4M3), BF16, False, {}),
+    ("mubin-name", [0, 2, 6], 6, 128, 256, "MN", 1, (E4M3, E4M3), BF16, False, {"backend": "mubin", "mma_sm": 2}),
+]  # fmt: skip
+
+
+def group_gemm_samples():
+    """``group_gemm_fp8_nt_groupwise``: segments by ``m_indptr``; rows outside them keep their NaN."""
+    out = []
+    for name, bounds, m, n, k, mode, gm, dtypes, out_dtype, strided, extra in GROUP_CASES:
+        groups = len(bounds) - 1
+        m_indptr = torch.tensor(bounds, dtype=torch.int32)
+        a, b = fp8(m, k, dtype=dtypes[0]), fp8(groups, n, k, dtype=dtypes[1])
+        kb, nb = math.ceil(k / 128), math.ceil(n / 128)
+        sa_blocks, sb = pow2(math.ceil(m / gm), kb), pow2(groups, nb, kb)
+        stored = (
+            (sa_blocks, sb) if mode == "K" else (sa_blocks.t().contiguous(), sb.transpose(1, 2).contiguous())
+        )
+        o = strided_out(m, n, dtype=out_dtype) if strided else poisoned(m, n, dtype=out_dtype)
+        expected = partial(oracle_segments, a, b, row_scales(sa_blocks, m_indptr, m, gm), sb, m_indptr)
+        rows = torch.zeros(m, dtype=torch.bool)
+        for g in range(groups):
+            rows[bounds[g] : bounds[g + 1]] = True
+        kwargs = dict(extra, scale_granularity_mnk=(gm, 128, 128), scale_major_mode=mode, out=o)
+        out.append(_sample(name, (a, b, *stored, m_indptr), kwargs, expected, rows[:, None].expand(m, n)))
+    return out
+
+
+def group_gemm_mate_call(call, calls) -> None:
+    record = only_call(calls, "gemm.ragged_m_moe_gemm_8bit")
+    assert record["gemm_mode"] == "per_expert" and record["backend"] == "auto"
+    assert record["input_a"][0] is call.args[0] and record["input_b"][0] is call.args[1]
+
+
+def group_gemm_errors():
+    m, n, k, groups = 8, 128, 256, 2
+    a, b = fp8(m, k), fp8(groups, n, k)
+    sa, sb = pow2(2, m), pow2(groups, 2, 1)  # MN-major
+    m_indptr = torch.tensor([0, 4, 8], dtype=torch.int32)
+    base = dict(a=a, b=b, a_scale=sa, b_scale=sb, m_indptr=m_indptr)
+
+    def case(name, exc, match, **changes):
+        kwargs = dict(base, **changes)
+        kwargs.setdefault("out", poisoned(8, 128, dtype=BF16))
+        return ErrorInput(name, lambda: ((), kwargs), exc, match)
+
+    return [
+        case("a bf16", ValueError, r"^a must be a float8 tensor, but got torch.bfloat16$", a=a.to(BF16)),
+        case("b fp16", ValueError, r"^b must be a float8 tensor, but got torch.float16$", b=b.to(FP16)),
+        case("a_scale fp16", ValueError, r"^a_scale must be a float32 tensor, but got torch.float16$", a_scale=sa.half()),
+        case("b_scale fp64", ValueError, r"^b_scale must be a float32 tensor", b_scale=sb.double()),
+        case("m_indptr int64", ValueError, r"^m_indptr must be a int32 tensor, but got torch.int64$", m_indptr=m_indptr.long()),
+        case("mode", ValueError, r"^scale_major_mode must be either 'MN' or 'K', but got None$", scale_major_mode=None),
+        case("mma_sm", ValueError, r"^mma_sm must be either 1 or 2, but got 3$", mma_sm=3),
+        case("out shape", ValueError, r"^Shape mismatch\. out\.shape = .*\(a\.shape\[0\], n\) = \(8, 128\)$",
+             out=poisoned(8, 64, dtype=BF16)),
+        case("out vs out_dtype", ValueError, r"^dtype mismatch\. out\.dtype = torch\.bfloat16, out_dtype = torch\.float16$",
+             out_dtype=FP16),
+        case("out_dtype fp32", ValueError, r"^Unsupported output dtype: torch.float32\. Only torch.bfloat16 and "
+             r"torch.float16 are supported for FP8 GEMM operations\.$", out=None, out_dtype=FP32),
+        case("k mismatch", ValueError, r"^Shape mismatch\. a\.shape\[1\] = 128, k = 256$", a=a[:, :128]),
+        case("n % 8", ValueError, r"^n must be a multiple of 8, but got 4$", b=b[:, :4], out=poisoned(8, 4, dtype=BF16)),
+        case("k % 16", ValueError, r"^k must be a multiple of 16, but got 136$", a=fp8(m, 136), b=fp8(groups, n, 136)),
+        case("unknown backend", ValueError, r"'trtllm', 'cutile'.*`backend`", backend="cutlass"),
+        case("granularity", ValueError, r"`scale_granularity_mnk`", scale_granularity_mnk=(1, 64, 128)),
+        case("cutile MN", NotImplementedError, r"scale_major_mode='K'", backend="cutile"),
+        case("cutile block 128", NotImplementedError, r"scale_granularity_mnk\[0\] == 1", backend="cutile",
+             scale_major_mode="K", scale_granularity_mnk=(128, 128, 128), a_scale=pow2(1, 2)),
+        case("a 3-D", ValueError, r"2-D.*for `a`", a=a[None]),
+        case("b 2-D", ValueError, r"3-D.*for `b`", b=b[0]),
+        case("m_indptr groups", ValueError, r"shape \(3,\).*for `m_indptr`", m_indptr=m_indptr[:2]),
+        case("a_scale shape", ValueError, r"shape \(2, 8\).*for `a_scale`", a_scale=pow2(8, 2)),
+        case("b_scale shape", ValueError, r"shape \(2, 2, 1\).*for `b_scale`", b_scale=pow2(groups, 1, 2)),
+        case("a not K-major", ValueError, r"K-major.*for `a`", a=fp8(k, m).t()),
+        case("b device", ValueError, r"device of `a`\) for `b`", b=b.to("meta")),
+        case("m_indptr not a tensor", TypeError, r"`m_indptr`", m_indptr=[0, 4, 8]),
+    ]  # fmt: skip
+
+
+def _input_scale_form(scale, form):
+    """``scale`` (M, K/128) stored as a caller may pass it."""
+    m, kb = scale.shape
+    if form == "row-major":
+        return scale.contiguous()
+    if form == "column-major":  # the memory upstream's kernel reads, as an (M, K/128) view
+        return scale.t().contiguous().t()
+    if form == "mn-storage":
+        return scale.t().contiguous()
+    padded = torch.full((kb, -(-m // 4) * 4), float("nan"))  # upstream's test: rows padded to 4
+    padded[:, :m] = scale.t()
+    return padded[:, :m]
+
+
+BLOCKSCALE_CASES = [
+    # (M, N, K, input dtype, weight dtype, weight scale, input_scale form, out dtype)
+    (3, 128, 256, BF16, BF16, None, None, BF16),
+    (37, 192, 384, BF16, BF16, None, None, FP16),
+    (5, 256, 256, BF16, E4M3, "block", None, BF16),
+    (16, 64, 128, BF16, E4M3, "token", None, BF16),
+    (7, 128, 512, E4M3, E4M3, "token", "padded", BF16),
+    (6, 256, 256, E4M3, E4M3, "block", "row-major", FP16),
+    (2, 128, 256, E4M3, E4M3, "block", "column-major", BF16),
+    (3, 64, 256, E4M3, E4M3, "token", "mn-storage", BF16),
+]
+
+
+def blockscale_inputs(M, N, K, in_dtype, w_dtype, w_scale, form, out_dtype):
+    kb = K // 128
+    if in_dtype == BF16:
+        x, x_scale, x_ref_scale = (torch.randn(M, K) * 2).to(BF16), None, None
+    else:
+        x, x_ref_scale = fp8(M, K), pow2(M, kb)
+        x_scale = _input_scale_form(x_ref_scale, form)
+    if w_dtype == BF16:
+        w, w_scale_t = torch.randn(N, K).to(BF16), None
+    else:
+        w = fp8(N, K)
+        w_scale_t = pow2(N, kb) if w_scale == "token" else pow2(math.ceil(N / 128), kb)
+    return x, w, x_scale, w_scale_t, x_ref_scale
+
+
+def blockscale_samples():
+    """``fp8_blockscale_gemm_sm90``: 16-bit operands are quantized inside (upstream's formula)."""
+    out = []
+    for case in BLOCKSCALE_CASES:
+        M, N, K, *_, out_dtype = case
+        x, w, x_scale, w_scale, x_ref_scale = blockscale_inputs(*case)
+
+        def expected(x=x, w=w, x_ref_scale=x_ref_scale, w_scale=w_scale, out_dtype=out_dtype):
+            # exact for upstream's quantization of the 16-bit operands, and within the stated
+            # quantization error of the operands as given
+            return blockscale_oracle(x, w, x_ref_scale, w_scale), quantization_error_bound(
+                x, w, x_ref_scale, w_scale, out_dtype
+            )
+
+        kwargs = {"out": strided_out(M, N, dtype=out_dtype)}
+        out.append(_sample("-".join(str(v) for v in case), (x, w, x_scale, w_scale), kwargs, expected))
+    return out
+
+
+def blockscale_compare(result, call, slack=0.0, tensor_cores=False) -> None:
+    (ref, ref_abs), (given_ref, bound) = call.oracle()
+    assert tuple(result.shape) == tuple(ref.shape), (tuple(result.shape), tuple(ref.shape))
+    result = result.cpu()
+    assert_matches(result, ref, ref_abs, slack=slack)
+    slack_bound = slack * given_ref.pow(2).mean().sqrt().item() if slack else 0.0
+    assert ((result.double() - given_ref).abs() <= bound + slack_bound).all(), "out of the quantization bound"
+
+
+def blockscale_mate_call(call, calls) -> None:
+    record = only_call(calls, "gemm.bmm")
+    w, w_scale = call.args[1], call.args[3]
+    per_token = w_scale is not None and w_scale.shape[0] == w.shape[0]
+    assert record["recipe_a"] == (1, 128) and record["recipe_b"] == ((1, 128) if per_token else (128, 128))
+
+
+def blockscale_errors():
+    M, N, K = 4, 128, 256
+    x, w = torch.randn(M, K).to(BF16), torch.randn(N, K).to(BF16)
+    x8, w8 = fp8(M, K), fp8(N, K)
+    sx, sw = pow2(M, 2), pow2(1, 2)
+
+    def case(name, exc, match, *args, **kwargs):
+        kwargs.setdefault("out", poisoned(4, 128, dtype=BF16))
+        return ErrorInput(name, lambda: (args, kwargs), exc, match)
+
+    return [
+        case("input 3-D", ValueError, r"^Input must be 2D \(M, K\), got shape torch.Size\(\[1, 4, 256\]\)$", x[None], w),
+        case("weight 1-D", ValueError, r"^Weight must be 2D \(N, K\), got shape", x, w[0]),
+        case("K mismatch", ValueError, r"^K dimension mismatch: input has K=256, weight has K=128$", x, w[:, :128]),
+        case("K % 128", ValueError, r"^K dimension must be divisible by block size \(128\), got K=192$",
+             x[:, :192], w[:, :192]),
+        case("N % 64", ValueError, r"^N dimension must be divisible by 64, got N=96$", x, w[:96]),
+        case("fp8 input bf16 weight", ValueError, r"^FP8 input \+ BF16 weight is not supported", x8, w, sx),
+        case("input_scale missing", ValueError, r"^input_scale is required when input is FP8", x8, w8, None, sw),
+        case("input_scale fp16", ValueError, r"^input_scale must be float32, got torch.float16$", x8, w8, sx.half(), sw),
+        case("input_scale device", ValueError, r"^input_scale device mismatch\. Expected cpu, got meta$",
+             x8, w8, sx.to("meta"), sw),
+        case("input_scale shape", ValueError, r"shape \(4, 2\).*for `input_scale`", x8, w8, pow2(4, 4), sw),
+        case("input fp16", ValueError, r"^Input must be either FP8 \(torch.float8_e4m3fn\) or BF16 \(torch.bfloat16\), "
+             r"got torch.float16$", x.half(), w),
+        case("input e5m2", ValueError, r"^Input must be either FP8.*got torch.float8_e5m2$", x.to(E5M2), w8, sx, sw),
+        case("input_scale with bf16", ValueError, r"^input_scale should not be provided for BF16 inputs\. "
+             r"Use FP8 inputs if you want to provide external scales\.$", x, w, sx),
+        case("weight_scale missing", ValueError, r"^weight_scale is required when weight is FP8", x, w8),
+        case("weight_scale shape", ValueError, r"^weight_scale shape mismatch\. Expected either \(128, 2\) \(per-token, "
+             r"1x128 blocks\) or \(1, 2\) \(per-block, 128x128 blocks\), got torch.Size\(\[2, 2\]\)$", x, w8, None,
+             pow2(2, 2)),
+        case("weight_scale fp64", ValueError, r"^weight_scale must be float32, got torch.float64$", x, w8, None,
+             sw.double()),
+        case("weight fp16", ValueError, r"^Weight must be either FP8 .* got torch.float16$", x, w.half()),
+        case("weight_scale with bf16", ValueError, r"^weight_scale should not be provided for BF16 weights\.", x, w,
+             None, sw),
+        case("out shape", ValueError, r"^Output shape mismatch\. Expected \(4, 128\), got torch.Size\(\[4, 64\]\)$",
+             x, w, out=poisoned(4, 64, dtype=BF16)),
+        case("out device", ValueError, r"^Output device mismatch\. Expected cpu, got meta$", x, w,
+             out=torch.empty(4, 128, dtype=BF16, device="meta")),
+        case("out fp32", ValueError, r"^Output dtype must be torch.bfloat16 or torch.float16, got torch.float32$", x, w,
+             out=poisoned(4, 128, dtype=FP32)),
+        case("out vs out_dtype", ValueError, r"^Output dtype mismatch\. Expected torch.float16, got torch.bfloat16$",
+             x, w, out_dtype=FP16),
+        case("out_dtype fp32", ValueError, r"^Output dtype must be torch.bfloat16 or torch.float16, got torch.float32$",
+             x, w, out=None, out_dtype=FP32),
+        case("weight device", ValueError, r"device of `input`\) for `weight`", x, w.to("meta")),
+        case("input not K-major", ValueError, r"K-major.*for `input`", torch.randn(K, M).to(BF16).t(), w),
+        case("weight_scale not a tensor", TypeError, r"`weight_scale`", x, w8, None, [1.0]),
+    ]  # fmt: skip
+
+
+def only_call(calls, name):
+    """The one MATE call named ``name`` (``calls``: the stand-in's ``CALLS``)."""
+    found = [args for called, args in calls if called == name]
+    assert len(found) == 1, [c for c, _ in calls]
+    return found[0]
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -662,6 +925,31 @@ OPS = [
         entries(masked_samples),
         _all(masked_errors, masked_bad_inputs),
         compare,
+    ),
+    OpInfo(
+        "gemm_fp8_nt_blockscaled",
+        G.gemm_fp8_nt_blockscaled,
+        entries(blockscaled_samples),
+        blockscaled_errors,
+        compare,
+        mate_call=blockscaled_mate_call,
+    ),
+    OpInfo(
+        "group_gemm_fp8_nt_groupwise",
+        G.group_gemm_fp8_nt_groupwise,
+        entries(group_gemm_samples),
+        group_gemm_errors,
+        compare,
+        ("trtllm", "cutile", "auto", "mubin"),
+        mate_call=group_gemm_mate_call,
+    ),
+    OpInfo(
+        "fp8_blockscale_gemm_sm90",
+        G.fp8_blockscale_gemm_sm90,
+        entries(blockscale_samples),
+        blockscale_errors,
+        blockscale_compare,
+        mate_call=blockscale_mate_call,
     ),
 ]
 OPS_BY_NAME = {op.name: op for op in OPS}

@@ -40,6 +40,9 @@ CUDA_SLACK = {
     "gemm_fp8_nt_groupwise": 2e-3,
     "group_deepgemm_fp8_nt_groupwise": 2e-3,
     "batch_deepgemm_fp8_nt_groupwise": 2e-3,
+    "gemm_fp8_nt_blockscaled": 2e-3,
+    "group_gemm_fp8_nt_groupwise": 2e-3,
+    "fp8_blockscale_gemm_sm90": 2e-3,
 }
 
 # Where the table runs on a CPU-only machine (``tests/{gemm,mla}``); ``cuda`` needs a GPU.
@@ -90,6 +93,9 @@ class OpInfo:
     errors: Callable[[], list]  # -> [ErrorInput]
     compare: Callable  # (result, call: Sample, slack: float, tensor_cores: bool) -> None
     backends: tuple = ()
+    # (call: Sample, calls) -> None: what the MATE adapter must have called (the stand-in's
+    # record); by default exactly one MATE call
+    mate_call: Callable | None = None
 
 
 def sample_params(ops, implementations=CPU_IMPLEMENTATIONS) -> list:
