@@ -50,14 +50,14 @@ def _shape(shape) -> tuple:
     return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)) else shape
 
 
-def fp8(*shape, dtype=E4M3, scale=3.0, generator=None):
+def fp8(*shape, dtype=E4M3, scale=3.0, generator=None, device=None):
     """Random values that are exactly FP8 (never all zero)."""
-    return (torch.randn(_shape(shape), generator=generator) * scale).to(dtype)
+    return (torch.randn(_shape(shape), generator=generator, device=device) * scale).to(dtype)
 
 
-def pow2(*shape, low=-3, high=4, generator=None):
+def pow2(*shape, low=-3, high=4, generator=None, device=None):
     """Random power-of-two scales in [2**low, 2**(high-1)] (default [1/8, 8])."""
-    return 2.0 ** torch.randint(low, high, _shape(shape), generator=generator).float()
+    return 2.0 ** torch.randint(low, high, _shape(shape), generator=generator, device=device).float()
 
 
 def poisoned(*shape, dtype):
@@ -175,35 +175,31 @@ def oracle_masked(a, b, sa, sb, masked_m):
     return ref, ref_abs
 
 
-def quantize_oracle(x: torch.Tensor, block_rows: int):
-    """Upstream's SM90 block quantization, independently: ``(values e4m3, scales float32, amax)``.
+def quantized_blocks(x: torch.Tensor, block_rows: int):
+    """Upstream's SM90 block quantization before the e4m3 cast, on ``x``'s device:
+    ``(scaled float32 values, scales float32, amax float64)``.
 
     Per ``block_rows x 128`` block: ``q = fl32(448 / amax)`` (1 if ``amax == 0``),
-    ``values = e4m3(clamp(fl32(x * q), +-448))``, ``scale = fl32(1 / q)``. float64 division
-    and multiplication of float32 numbers rounded once to float32 equal float32 arithmetic.
+    ``values = clamp(fl32(x * q), +-448)``, ``scale = fl32(1 / q)``. float64 division and
+    multiplication of float32 numbers rounded once to float32 equal float32 arithmetic (tensor /
+    tensor divides once; a Python number / tensor would multiply by a reciprocal).
     """
     rows, cols = x.shape
-    row_blocks, col_blocks = math.ceil(rows / block_rows), cols // 128
-    values = torch.empty(rows, cols, dtype=E4M3)
-    scales = torch.empty(row_blocks, col_blocks, dtype=torch.float32)
-    amaxes = torch.empty(row_blocks, col_blocks, dtype=torch.float64)
-    for i in range(row_blocks):
-        r = slice(i * block_rows, min(rows, (i + 1) * block_rows))
-        for j in range(col_blocks):
-            c = slice(j * 128, (j + 1) * 128)
-            block = x[r, c].double()
-            amax = block.abs().max()
-            # tensor / tensor divides once (a Python number / tensor multiplies by a reciprocal)
-            q = (
-                torch.tensor(1.0)
-                if amax == 0
-                else (torch.tensor(E4M3_MAX, dtype=torch.float64) / amax).float()
-            )
-            scaled = (block * q.double()).float().clamp(-E4M3_MAX, E4M3_MAX)
-            values[r, c] = scaled.to(E4M3)
-            scales[i, j] = (torch.tensor(1.0, dtype=torch.float64) / q.double()).float()
-            amaxes[i, j] = amax
-    return values, scales, amaxes
+    padded = torch.zeros(-(-rows // block_rows) * block_rows, cols, dtype=torch.float64, device=x.device)
+    padded[:rows] = x.double()
+    blocks = padded.view(-1, block_rows, cols // 128, 128)
+    amax = blocks.abs().amax(dim=(1, 3))
+    q = torch.where(
+        amax == 0, torch.ones_like(amax), (torch.full_like(amax, E4M3_MAX) / amax).float().double()
+    )
+    values = (blocks * q[:, None, :, None]).float().clamp(-E4M3_MAX, E4M3_MAX).view(-1, cols)[:rows]
+    return values, (torch.ones_like(q) / q).float(), amax
+
+
+def quantize_oracle(x: torch.Tensor, block_rows: int):
+    """:func:`quantized_blocks` with the values cast to e4m3 (round to nearest even)."""
+    values, scales, amax = quantized_blocks(x, block_rows)
+    return values.to(E4M3), scales, amax
 
 
 def dequantized(values, scales, block_rows):
@@ -254,7 +250,51 @@ def oracle_segments(a, b, a_rows, b_blocks, m_indptr):
     return ref, ref_abs
 
 
+def expand_blocks(scale, rows, cols, block_rows, block_cols):
+    """float64 per-element scales from block scales, cropped to ``rows x cols`` (any device)."""
+    scale = scale.double().repeat_interleave(block_rows, dim=-2)[..., :rows, :]
+    return scale.repeat_interleave(block_cols, dim=-1)[..., :cols]
+
+
+def dequant(x, scale, block_rows, block_cols=128):
+    rows, cols = x.shape[-2:]
+    return x.double() * expand_blocks(scale, rows, cols, block_rows, block_cols)
+
+
+def groupwise_dequant_oracle(a, b, a_scale, b_scale, granularity):
+    """float64 ``dequant(a) @ dequant(b)^T`` on the operands' device (the kernel suites' sizes:
+    one product instead of :func:`oracle_groupwise`'s per-block sums)."""
+    gm, gn, gk = granularity
+    return dequant(a, a_scale, gm, gk) @ dequant(b, b_scale, gn, gk).t()
+
+
+def contiguous_dequant_oracle(a, b, a_scale, b_scale, m_indices):
+    """:func:`groupwise_dequant_oracle` per group of ``m_indices`` (1 x 128 A blocks, 128 x 128 B
+    blocks); rows of no group NaN."""
+    rows, n = a.shape[0], b.shape[1]
+    a_deq = dequant(a, a_scale, 1)
+    oracle = torch.full((rows, n), float("nan"), dtype=torch.float64, device=a.device)
+    for g in range(b.shape[0]):
+        mine = m_indices == g
+        oracle[mine] = a_deq[mine] @ dequant(b[g], b_scale[g], 128).t()
+    return oracle
+
+
 # ============================================================================ GEMM tolerances
+
+# One output ulp (fp32: the accumulation order) for the kernel suites' rule below.
+ULP = {BF16: 2**-8, FP16: 2**-11, FP32: 2**-20}
+
+
+def assert_within_rms(out, oracle, dtype, norm_tol=1e-4):
+    """The kernel suites' rule (tests/gpu at real sizes): elementwise within one ``dtype`` ulp
+    (``2 * ULP``), plus ``norm_tol`` x the oracle's rms for the accumulation on tensor cores."""
+    oracle = oracle.double()
+    rms = oracle.pow(2).mean().sqrt().item() if oracle.numel() else 0.0
+    err = (out.double() - oracle).abs()
+    bound = 2 * ULP[dtype] * oracle.abs() + norm_tol * rms + 1e-30
+    worst = (err / bound).max().item() if err.numel() else 0.0
+    assert worst <= 1.0, f"max error / bound = {worst:.3g}"
 
 
 def _rms(ref, valid=None) -> float:

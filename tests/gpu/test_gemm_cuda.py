@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cuda_inputs import E4M3, deepgemm_m_indices, fp8, nan_like, needs_fp8, pow2, replay_with_new_inputs
+from oracles import assert_within_rms as check
+from oracles import contiguous_dequant_oracle as contiguous_oracle
+from oracles import expand_blocks
+from oracles import groupwise_dequant_oracle as groupwise_oracle
 
 from flashinfer.gemm._args import Bmm, GroupedContiguous, GroupedMasked, Groupwise
 
@@ -19,9 +24,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
-E4M3 = torch.float8_e4m3fn
 E5M2 = torch.float8_e5m2
-ULP = {torch.bfloat16: 2**-8, torch.float16: 2**-11, torch.float32: 2**-20}
 # Hopper's FP8 tensor cores accumulate with fewer bits than fp32 (about 14 mantissa bits).
 # Per-tensor FP8 products accumulate all of k that way (cuBLAS fast accumulation, as upstream's
 # cublas backend, and Triton's default on sm90): slack relative to the output's rms.
@@ -34,62 +37,6 @@ def cuda_module():
     from flashinfer.gemm import _cuda
 
     return _cuda
-
-
-def needs_fp8():
-    if torch.cuda.get_device_capability() < (8, 9):
-        pytest.skip("FP8 tensor cores need compute capability 8.9+")
-
-
-def fp8(shape, dtype=E4M3):
-    # unit variance: k = 7168 products times two 8x scales stay far inside fp16's range
-    return torch.randn(shape, device="cuda").to(dtype)
-
-
-def pow2(shape):
-    return 2.0 ** torch.randint(-3, 4, shape, device="cuda").float()
-
-
-def nan_like(shape, dtype):
-    return torch.full(shape, float("nan"), device="cuda").to(dtype)
-
-
-def check(out, oracle, dtype, norm_tol=1e-4):
-    """Elementwise: within one ``dtype`` ulp, plus ``norm_tol`` x rms for the fp32 accumulation order."""
-    oracle = oracle.double()
-    rms = oracle.pow(2).mean().sqrt().item() if oracle.numel() else 0.0
-    err = (out.double() - oracle).abs()
-    bound = 2 * ULP[dtype] * oracle.abs() + norm_tol * rms + 1e-30
-    worst = (err / bound).max().item() if err.numel() else 0.0
-    assert worst <= 1.0, f"max error / bound = {worst:.3g}"
-
-
-def expand_blocks(scale, rows, cols, block_rows, block_cols):
-    scale = scale.double().repeat_interleave(block_rows, dim=-2)[..., :rows, :]
-    return scale.repeat_interleave(block_cols, dim=-1)[..., :cols]
-
-
-def groupwise_oracle(a, b, a_scale, b_scale, granularity):
-    gm, gn, gk = granularity
-    (m, k), n = a.shape, b.shape[0]
-    a_deq = a.double() * expand_blocks(a_scale, m, k, gm, gk)
-    b_deq = b.double() * expand_blocks(b_scale, n, k, gn, gk)
-    return a_deq @ b_deq.t()
-
-
-def replay_with_new_inputs(run, inputs, fresh, out):
-    """Capture ``run()`` in a CUDA graph, copy ``fresh`` into ``inputs``, replay; return out."""
-    run()  # compile and autotune outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    for dst, src in zip(inputs, fresh):
-        dst.copy_(src)
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,25 +227,6 @@ def test_gemm_groupwise_fp8_output(seed):
 
 def grouped_operands(groups, rows, n, k):
     return fp8((rows, k)), fp8((groups, n, k)), pow2((rows, k // 128)), pow2((groups, n // 128, k // 128))
-
-
-def contiguous_oracle(a, b, a_scale, b_scale, m_indices):
-    (rows, k), (groups, n, _) = a.shape, b.shape
-    a_deq = a.double() * expand_blocks(a_scale, rows, k, 1, 128)
-    b_deq = b.double() * expand_blocks(b_scale, n, k, 128, 128)
-    oracle = torch.full((rows, n), float("nan"), dtype=torch.float64, device="cuda")
-    for g in range(groups):
-        rows_g = m_indices == g
-        oracle[rows_g] = a_deq[rows_g] @ b_deq[g].t()
-    return oracle
-
-
-def deepgemm_m_indices(group_rows, pad_rows=128):
-    """Each group's rows padded with -1 up to a multiple of 128, like DeepGEMM's layout."""
-    parts = []
-    for g, rows in enumerate(group_rows):
-        parts += [torch.full((rows,), g), torch.full((-rows % pad_rows,), -1)]
-    return torch.cat(parts).int().cuda()
 
 
 @pytest.mark.parametrize("n,k", [(4096, 7168), (7168, 2048), (512, 128)])

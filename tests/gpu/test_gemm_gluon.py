@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cuda_inputs import E4M3, deepgemm_m_indices, fp8, nan_like, pow2, replay_with_new_inputs
+from oracles import assert_within_rms as check
+from oracles import contiguous_dequant_oracle as contiguous_oracle
+from oracles import dequant
 
 from flashinfer.gemm._args import Bmm, GroupedContiguous, GroupedMasked, Groupwise
 
@@ -25,8 +29,6 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
-E4M3 = torch.float8_e4m3fn
-ULP = {torch.bfloat16: 2**-8, torch.float16: 2**-11}
 BLOCK_ACCUM_TOL = 2e-3
 FAST_ACCUM_TOL = 2e-2
 
@@ -56,40 +58,8 @@ def groupwise(a, b, a_scale, b_scale, block_m, out, output_scale=None):
     return Groupwise(a, b, a_scale, b_scale, False, False, block_m, 128, 128, out, output_scale)
 
 
-def fp8(shape):
-    return torch.randn(shape, device="cuda").to(E4M3)
-
-
-def pow2(shape):
-    return 2.0 ** torch.randint(-3, 4, shape, device="cuda").float()
-
-
-def nan_like(shape, dtype):
-    return torch.full(shape, float("nan"), device="cuda").to(dtype)
-
-
 def cdiv(a, b):
     return -(-a // b)
-
-
-def check(out, oracle, dtype, norm_tol):
-    """Elementwise: within one ``dtype`` ulp, plus ``norm_tol`` x the oracle's rms."""
-    oracle = oracle.double()
-    rms = oracle.pow(2).mean().sqrt().item() if oracle.numel() else 0.0
-    err = (out.double() - oracle).abs()
-    bound = 2 * ULP[dtype] * oracle.abs() + norm_tol * rms + 1e-30
-    worst = (err / bound).max().item() if err.numel() else 0.0
-    assert worst <= 1.0, f"max error / bound = {worst:.3g}"
-
-
-def expand_blocks(scale, rows, cols, block_rows, block_cols):
-    scale = scale.double().repeat_interleave(block_rows, dim=-2)[..., :rows, :]
-    return scale.repeat_interleave(block_cols, dim=-1)[..., :cols]
-
-
-def dequant(x, scale, block_rows):
-    rows, cols = x.shape[-2:]
-    return x.double() * expand_blocks(scale, rows, cols, block_rows, 128)
 
 
 def mn_major(scale):
@@ -167,24 +137,6 @@ def check_fp8_output(out, output_scale, acc):
 
 # ---------------------------------------------------------------------------------------------
 # grouped: contiguous and masked
-
-
-def deepgemm_m_indices(group_rows, pad_rows=128):
-    """Each group's rows padded with -1 up to a multiple of 128 (DeepGEMM's layout)."""
-    parts = []
-    for g, rows in enumerate(group_rows):
-        parts += [torch.full((rows,), g), torch.full((-rows % pad_rows,), -1)]
-    return torch.cat(parts).int().cuda()
-
-
-def contiguous_oracle(a, b, a_scale, b_scale, m_indices):
-    rows, n = a.shape[0], b.shape[1]
-    a_deq = dequant(a, a_scale, 1)
-    oracle = torch.full((rows, n), float("nan"), dtype=torch.float64, device="cuda")
-    for g in range(b.shape[0]):
-        mine = m_indices == g
-        oracle[mine] = a_deq[mine] @ dequant(b[g], b_scale[g], 128).t()
-    return oracle
 
 
 def check_contiguous(out, a, b, a_scale, b_scale, m_indices):
@@ -386,19 +338,6 @@ def test_layouts_tma_cannot_read_take_the_portable_kernels(seed, monkeypatch):
 
 # ---------------------------------------------------------------------------------------------
 # CUDA graph capture after warm-up, replayed on new inputs copied into the captured buffers
-
-
-def replay_with_new_inputs(run, inputs, fresh, out):
-    run()  # compile outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    for dst, src in zip(inputs, fresh):
-        dst.copy_(src)
-    out.copy_(nan_like(out.shape, out.dtype))
-    graph.replay()
-    torch.cuda.synchronize()
 
 
 def test_graph_dense_and_fp8_output(seed):

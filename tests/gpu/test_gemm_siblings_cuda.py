@@ -16,19 +16,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_gemm_cuda import (
-    BLOCK_ACCUM_TOL,
-    E4M3,
-    E5M2,
-    check,
-    expand_blocks,
-    fp8,
-    groupwise_oracle,
-    nan_like,
-    needs_fp8,
-    pow2,
-    replay_with_new_inputs,
-)
+from cuda_inputs import E4M3, fp8, nan_like, needs_fp8, pow2, replay_with_new_inputs
+from oracles import E5M2, expand_blocks, quantize_oracle
+from oracles import assert_within_rms as check
+from oracles import groupwise_dequant_oracle as groupwise_oracle
+from test_gemm_cuda import BLOCK_ACCUM_TOL
 
 pytestmark = [
     pytest.mark.gpu,
@@ -49,24 +41,12 @@ def api():
 # fp8_blockscale_gemm_sm90
 
 
-def quantize_oracle(x, block_rows):
-    """``(values e4m3, scales float32)``: float64 steps rounded once to float32 (= float32 math)."""
-    rows, cols = x.shape
-    padded = torch.zeros(-(-rows // block_rows) * block_rows, cols, dtype=torch.float64, device=x.device)
-    padded[:rows] = x.double()
-    blocks = padded.view(-1, block_rows, cols // 128, 128)
-    amax = blocks.abs().amax(dim=(1, 3))
-    q = torch.where(amax == 0, torch.ones_like(amax), (torch.full_like(amax, 448.0) / amax).float().double())
-    values = (blocks * q[:, None, :, None]).float().clamp(-448, 448).view(-1, cols)[:rows].to(E4M3)
-    return values, (torch.ones_like(q) / q).float()
-
-
 def blockscale_oracle(x, w, x_scale, w_scale):
     """float64 product of the operands as the API quantizes them (scales: logical K-major views)."""
     if x.dtype == BF16:
-        x, x_scale = quantize_oracle(x, 1)
+        x, x_scale, _ = quantize_oracle(x, 1)
     if w.dtype == BF16:
-        w, w_scale = quantize_oracle(w, 128)
+        w, w_scale, _ = quantize_oracle(w, 128)
     (m, k), n = x.shape, w.shape[0]
     block_n = 1 if w_scale.shape[0] == n else 128
     a = x.double() * expand_blocks(x_scale, m, k, 1, 128)
@@ -84,7 +64,7 @@ def test_quantization_is_upstreams_bit_for_bit(seed, rows, cols, block_rows):
 
     x = (torch.randn(rows, cols, device="cuda") * torch.logspace(-4, 4, cols, device="cuda")).to(BF16)
     x[0, :128] = 0  # an all-zero block
-    values, scales = quantize_oracle(x, block_rows)
+    values, scales, _ = quantize_oracle(x, block_rows)
     out = nan_like((rows, cols), torch.float32).to(E4M3)
     got = nan_like((scales.shape[1], scales.shape[0]), torch.float32).t()  # column-major, as the API
     _cuda.quantize_fp8_blocks(QuantizeBlocks(x, block_rows, out, got))
