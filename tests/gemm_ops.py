@@ -895,6 +895,7 @@ OPS = [
         _all(bmm_bf16_errors, bmm_bf16_bad_inputs),
         compare,
         ("cudnn", "cutlass", "cutile", "tgv", "auto", "mudnn"),
+        interpreted=False,  # cuBLAS
     ),
     OpInfo(
         "bmm_fp8",

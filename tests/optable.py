@@ -14,8 +14,9 @@ implementation:
 - ``cuda``: the CUDA implementation on a CUDA device (``tests/gpu/test_optable_cuda.py``,
   once per kernel tier): the sample's tensors are copied to the GPU with their strides and
   aliasing kept, the oracle stays on the CPU, and the tolerance adds the tensor cores' slack
-  (:data:`CUDA_SLACK`). The Triton kernels under the interpreter (CPU) are driven by the
-  kernel suites ``tests/{gemm,mla}/triton``, whose oracles and tolerances are these.
+  (:data:`CUDA_SLACK`). Without a GPU, the same implementation on CPU tensors with its Triton
+  kernels interpreted (``tests/{gemm,mla}/triton/test_*_table_interpreted.py``, routed by
+  ``tests/triton_interpreter.py``), for every op that has Triton kernels, same rules.
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ class OpInfo:
     # (call: Sample, calls) -> None: what the MATE adapter must have called (the stand-in's
     # record); by default exactly one MATE call
     mate_call: Callable | None = None
+    # the CUDA implementation runs Triton kernels for it (else library calls only, e.g. cuBLAS),
+    # so it also runs under the interpreter on a CPU
+    interpreted: bool = True
 
 
 def sample_params(ops, implementations=CPU_IMPLEMENTATIONS) -> list:
@@ -152,9 +156,10 @@ def to_device(sample: Sample, device) -> Sample:
     return replace(sample, args=move(sample.args), kwargs={k: move(v) for k, v in sample.kwargs.items()})
 
 
-def run_sample(op: OpInfo, sample: Sample, device="cpu", slack=0.0, **changes):
+def run_sample(op: OpInfo, sample: Sample, device="cpu", slack=0.0, tensor_cores=None, **changes):
     """Call the op on the sample (``changes`` replace kwargs; outputs poisoned first), check that
-    caller buffers come back as given, and compare with the oracle."""
+    caller buffers come back as given, and compare with the oracle (``tensor_cores``: by the
+    CUDA implementation's rules; by default where ``device`` is not the CPU)."""
     call = to_device(sample, device)
     for name in call.outputs:
         poison(call.kwargs[name])
@@ -165,7 +170,9 @@ def run_sample(op: OpInfo, sample: Sample, device="cpu", slack=0.0, **changes):
             assert any(r is call.kwargs[name] for r in returned), (
                 f"`{name}` is not returned as the given buffer"
             )
-    op.compare(result, call, slack, torch.device(device).type != "cpu")
+    if tensor_cores is None:
+        tensor_cores = torch.device(device).type != "cpu"
+    op.compare(result, call, slack, tensor_cores)
     return result
 
 

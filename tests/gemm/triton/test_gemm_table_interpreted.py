@@ -1,0 +1,26 @@
+"""The GEMM op table (``tests/gemm_ops.py``) on the CUDA implementation without a GPU: CPU tensors
+routed to ``flashinfer.gemm._cuda`` with its Triton kernels under the interpreter
+(``tests/triton_interpreter.py``), every sample against its float64 oracle by the CUDA rules of
+``tests/optable.py``. ``bmm_bf16``'s CUDA path is cuBLAS only, which the interpreter cannot run."""
+
+from __future__ import annotations
+
+import pytest
+from gemm_ops import OPS
+from optable import CUDA_SLACK, build, run_sample, sample_params
+
+pytestmark = pytest.mark.triton
+
+
+@pytest.fixture
+def interpreted_cuda(monkeypatch):
+    from triton_interpreter import route_cpu_to_cuda
+
+    route_cpu_to_cuda(monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "implementation, op, name", sample_params([op for op in OPS if op.interpreted], ("cuda",))
+)
+def test_matches_oracle_with_poisoned_outputs(interpreted_cuda, implementation, op, name, seed):
+    run_sample(op, build(op, name), slack=CUDA_SLACK.get(op.name, 0.0), tensor_cores=True)
