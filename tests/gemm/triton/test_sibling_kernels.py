@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from oracles import quantized_blocks
 
 from flashinfer.gemm._args import GroupedContiguous, Groupwise, QuantizeBlocks
 
@@ -25,18 +26,6 @@ def fp8(shape):
 
 def pow2(shape):
     return 2.0 ** torch.randint(-3, 4, shape).float()
-
-
-def quantize_oracle(x, block_rows):
-    """float64 per block, one rounding to float32 per step (equal to float32 arithmetic)."""
-    rows, cols = x.shape
-    padded = torch.zeros(-(-rows // block_rows) * block_rows, cols, dtype=torch.float64)
-    padded[:rows] = x.double()
-    blocks = padded.view(-1, block_rows, cols // 128, 128)
-    amax = blocks.abs().amax(dim=(1, 3))
-    q = torch.where(amax == 0, torch.ones_like(amax), (torch.full_like(amax, 448.0) / amax).float().double())
-    values = (blocks * q[:, None, :, None]).float().clamp(-448, 448).view(-1, cols)[:rows]
-    return values, (torch.ones_like(q) / q).float()
 
 
 def e4m3_step_apart(got, expected_float):
@@ -67,7 +56,7 @@ def test_quantize_blocks(seed, rows, cols, block_rows):
     else:
         scale = torch.full((row_blocks, cols // 128), float("nan"))
     fp8_quantize.quantize_blocks(QuantizeBlocks(x, block_rows, out, scale))
-    values, expected_scale = quantize_oracle(x, block_rows)
+    values, expected_scale, _ = quantized_blocks(x, block_rows)
     assert torch.equal(scale, expected_scale)
     assert e4m3_step_apart(out, values)
 
@@ -79,7 +68,7 @@ def test_quantize_blocks_strided_rows(seed):
     out = torch.full((6, 384), float("nan")).to(E4M3)[:, :256]
     scale = torch.full((6, 4), float("nan"))[:, 1:3]
     fp8_quantize.quantize_blocks(QuantizeBlocks(x, 1, out, scale))
-    values, expected_scale = quantize_oracle(x, 1)
+    values, expected_scale, _ = quantized_blocks(x, 1)
     assert torch.equal(scale, expected_scale) and e4m3_step_apart(out, values)
 
 

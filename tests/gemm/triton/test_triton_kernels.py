@@ -1,4 +1,4 @@
-"""The GEMM Triton kernels under TRITON_INTERPRET=1 (CPU), against float64 oracles written here.
+"""The GEMM Triton kernels under TRITON_INTERPRET=1 (CPU), against the float64 oracles of tests/oracles.py.
 
 Inputs are FP8 values (exact in float64), scales are powers of two, so the only rounding left is
 the fp32 accumulation and the final cast: tolerances are one output ulp. Outputs are poisoned
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from oracles import contiguous_dequant_oracle, expand_blocks, groupwise_dequant_oracle
 
 from flashinfer.gemm._args import Bmm, GroupedContiguous, GroupedMasked, Groupwise
 
@@ -46,12 +47,6 @@ def groupwise(a, b, a_scale, b_scale, granularity, out, output_scale=None):
 
 def nan_like(shape, dtype):
     return torch.full(shape, float("nan"), dtype=dtype)
-
-
-def expand_blocks(scale, rows, cols, block_rows, block_cols):
-    """float64 per-element scales from block scales, cropped to ``rows x cols``."""
-    scale = scale.double().repeat_interleave(block_rows, dim=-2)[..., :rows, :]
-    return scale.repeat_interleave(block_cols, dim=-1)[..., :cols]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,14 +120,6 @@ def test_fp8_bmm_strided_everything(seed, per_sm):
 # dense groupwise FP8 GEMM
 
 
-def groupwise_oracle(a, b, a_scale, b_scale, block_m, block_n, block_k):
-    m, k = a.shape
-    n = b.shape[0]
-    a_deq = a.double() * expand_blocks(a_scale, m, k, block_m, block_k)
-    b_deq = b.double() * expand_blocks(b_scale, n, k, block_n, block_k)
-    return a_deq @ b_deq.t()
-
-
 @pytest.mark.parametrize("granularity", [(1, 128, 128), (128, 128, 128), (1, 32, 64), (16, 64, 32)], ids=str)
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_gemm_groupwise(seed, granularity, out_dtype):
@@ -148,7 +135,9 @@ def test_gemm_groupwise(seed, granularity, out_dtype):
 
     fp8_blockwise.gemm_groupwise(groupwise(a, b, a_scale, b_scale, granularity, out), config=SMALL_TILES)
 
-    assert_close_to(out, groupwise_oracle(a, b, a_scale, b_scale, block_m, block_n, block_k), out_dtype)
+    assert_close_to(
+        out, groupwise_dequant_oracle(a, b, a_scale, b_scale, (block_m, block_n, block_k)), out_dtype
+    )
 
 
 def test_gemm_groupwise_strided_output(seed):
@@ -162,7 +151,7 @@ def test_gemm_groupwise_strided_output(seed):
 
     fp8_blockwise.gemm_groupwise(groupwise(a, b, a_scale, b_scale, (1, 128, 128), out), config=SMALL_TILES)
 
-    assert_close_to(out, groupwise_oracle(a, b, a_scale, b_scale, 1, 128, 128), torch.bfloat16)
+    assert_close_to(out, groupwise_dequant_oracle(a, b, a_scale, b_scale, (1, 128, 128)), torch.bfloat16)
     assert buffer[:, 0::2].isnan().all()
 
 
@@ -181,7 +170,7 @@ def test_gemm_groupwise_fp8_output(seed):
         groupwise(a, b, a_scale, b_scale, (1, 128, 128), out, output_scale), config=config
     )
 
-    acc = groupwise_oracle(a, b, a_scale, b_scale, 1, 128, 128)
+    acc = groupwise_dequant_oracle(a, b, a_scale, b_scale, (1, 128, 128))
     padded = torch.nn.functional.pad(acc, (0, 256 - n))
     expected_scale = padded.abs().view(m, 2, 128).amax(-1).clamp_min(1e-12) / 448
     torch.testing.assert_close(output_scale.double(), expected_scale, rtol=1e-6, atol=0)
@@ -211,19 +200,6 @@ def grouped_operands(groups, rows, n, k):
     return a, b, a_scale, b_scale
 
 
-def contiguous_oracle(a, b, a_scale, b_scale, m_indices):
-    rows, k = a.shape
-    groups, n, _ = b.shape
-    a_deq = a.double() * expand_blocks(a_scale, rows, k, 1, 128)
-    b_deq = b.double() * expand_blocks(b_scale, n, k, 128, 128)
-    ids = m_indices.long()
-    oracle = torch.full((rows, n), float("nan"), dtype=torch.float64)
-    for r in range(rows):
-        if 0 <= ids[r] < groups:
-            oracle[r] = b_deq[ids[r]] @ a_deq[r]
-    return oracle
-
-
 @pytest.mark.parametrize("aligned", [True, False], ids=["tile-aligned", "ragged"])
 def test_group_gemm_contiguous(seed, aligned):
     from flashinfer.gemm.kernels import fp8_blockwise
@@ -245,7 +221,7 @@ def test_group_gemm_contiguous(seed, aligned):
         GroupedContiguous(a, b, a_scale, b_scale, m_indices, out), config=SMALL_TILES
     )
 
-    oracle = contiguous_oracle(a, b, a_scale, b_scale, m_indices)
+    oracle = contiguous_dequant_oracle(a, b, a_scale, b_scale, m_indices)
     valid = (m_indices >= 0) & (m_indices < groups)
     assert out[~valid].isnan().all(), "rows without a valid group must be left untouched"
     assert_close_to(out[valid], oracle[valid], torch.bfloat16)

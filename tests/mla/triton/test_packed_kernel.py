@@ -14,6 +14,7 @@ import math
 
 import pytest
 import torch
+from oracles import packed_oracle as oracle
 
 from flashinfer.mla._args import Decode
 
@@ -42,32 +43,6 @@ def packed_pool(slots, pow2=True):
     )
     keys = torch.cat((codes.double() * scales.double().repeat_interleave(128, -1), rope.double()), -1)
     return rows, keys
-
-
-def oracle(query, keys, indices, lengths, bmm1, sinks):
-    """float64 ``(out, lse2)``: token i takes positions ``< lengths[i]`` (all if None) holding a
-    slot in range; the LSE counts the sinks, ``-inf`` for a token with nothing (sink alone if any)."""
-    batch, q_len, heads, _ = query.shape
-    out = torch.zeros(batch, q_len, heads, 512, dtype=torch.float64)
-    lse = torch.full((batch, q_len, heads), -math.inf, dtype=torch.float64)
-    for b in range(batch):
-        for t in range(q_len):
-            n = (
-                indices.shape[-1]
-                if lengths is None
-                else max(0, min(int(lengths[b * q_len + t]), indices.shape[-1]))
-            )
-            ids = [i for i in indices[b, t, :n].tolist() if 0 <= i < keys.shape[0]]
-            sink_mass = torch.zeros(heads, dtype=torch.float64) if sinks is None else sinks.double().exp()
-            if ids:
-                k = keys[ids]
-                s = bmm1 * query[b, t].double() @ k.T
-                total = s.exp().sum(-1) + sink_mass
-                out[b, t] = (s.exp() @ k[:, :512]) / total[:, None]
-            else:
-                total = sink_mass
-            lse[b, t] = total.log() / math.log(2.0)
-    return out, lse
 
 
 def assert_close(out, lse, ref_out, ref_lse):
