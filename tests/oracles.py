@@ -505,6 +505,27 @@ def dense_candidates(block_tables, seq_lens, q_len, page_size, num_pages):
     return result
 
 
+def decode_oracle_rows(query, rows_of, seq_lens, width, d_v, bmm1, bmm2, sinks):
+    """The kernel suites' form of :func:`decode_oracle`, on ``query``'s device: ``rows_of(b, t, n)``
+    gives the key rows token ``t`` of request ``b`` attends among its first ``n`` candidates,
+    ``n = min(width, seq_len - (q_len - 1 - t))``; float64 ``(out, lse2)``, lse +inf if empty."""
+    batch, q_len, heads, _ = query.shape
+    out = torch.zeros(batch, q_len, heads, d_v, dtype=torch.float64, device=query.device)
+    lse = torch.full((batch, q_len, heads), math.inf, dtype=torch.float64, device=query.device)
+    for b in range(batch):
+        for t in range(q_len):
+            n = max(0, min(width, int(seq_lens[b]) - (q_len - 1 - t)))
+            keys = rows_of(b, t, n).double()
+            if keys.shape[0] == 0:
+                continue
+            s = bmm1 * query[b, t].double() @ keys.T  # [H, n]
+            total = torch.logsumexp(s, -1)
+            denom = total.exp() if sinks is None else total.exp() + sinks.double().exp()
+            out[b, t] = bmm2 * (s.exp() @ keys[:, :d_v]) / denom[:, None]
+            lse[b, t] = total / math.log(2.0)
+    return out, lse
+
+
 def sparse_decode_oracle(query, kv_rows, indices, seq_lens, bmm1, bmm2, sinks=None, kv_lora_rank=512):
     """:func:`decode_oracle` over FlashInfer's sparse candidates (:func:`sparse_candidates`)."""
     candidates = sparse_candidates(indices, seq_lens, kv_rows.shape[0])

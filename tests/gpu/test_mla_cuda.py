@@ -17,6 +17,8 @@ import warnings
 
 import pytest
 import torch
+from oracles import decode_oracle_rows as decode_oracle
+from oracles import rotate
 
 from flashinfer.mla._args import Decode, Rope
 
@@ -50,23 +52,6 @@ def cuda_module():
 
 
 # --------------------------------------------------------------------------------------- oracles
-def decode_oracle(query, rows_of, seq_lens, width, d_v, bmm1, bmm2, sinks):
-    """float64 ``(out, lse2)``; ``rows_of(b, t, n)`` returns the key rows token (b, t) attends."""
-    batch, q_len, heads, _ = query.shape
-    out = torch.zeros(batch, q_len, heads, d_v, dtype=torch.float64, device=query.device)
-    lse = torch.full((batch, q_len, heads), math.inf, dtype=torch.float64, device=query.device)
-    for b in range(batch):
-        for t in range(q_len):
-            n = max(0, min(width, int(seq_lens[b]) - (q_len - 1 - t)))
-            keys = rows_of(b, t, n).double()
-            if keys.shape[0] == 0:
-                continue
-            s = bmm1 * query[b, t].double() @ keys.T
-            total = torch.logsumexp(s, -1)
-            denom = total.exp() if sinks is None else total.exp() + sinks.double().exp()
-            out[b, t] = bmm2 * (s.exp() @ keys[:, :d_v]) / denom[:, None]
-            lse[b, t] = total / math.log(2.0)
-    return out, lse
 
 
 def sparse_rows(kv, indices):
@@ -230,15 +215,7 @@ def rope_inputs(tokens, heads=128, seed=0):
 
 def rope_oracle(x, cache, pos, scale):
     """Interleaved rotation of ``x (..., 64)`` in float64, saturated to e4m3's range."""
-    rows = cache.double()[pos]
-    cos, sin = rows[:, :32], rows[:, 32:]
-    shape = (-1,) + (1,) * (x.dim() - 2) + (32,)
-    cos, sin = cos.view(shape), sin.view(shape)
-    x = x.double()
-    y = torch.empty_like(x)
-    y[..., 0::2] = x[..., 0::2] * cos - x[..., 1::2] * sin
-    y[..., 1::2] = x[..., 1::2] * cos + x[..., 0::2] * sin
-    return (y * scale).clamp(-448, 448)
+    return (rotate(x, cache, pos, False) * scale).clamp(-448, 448)
 
 
 def assert_e4m3_close(out, ref):

@@ -16,6 +16,7 @@ import math
 
 import pytest
 import torch
+from oracles import decode_oracle_rows as decode_oracle
 
 from flashinfer.mla._args import Decode, Rope
 
@@ -59,27 +60,6 @@ def assert_fp8_close(out, ref, dtype):
     err = (got - ref).abs()[~nan]
     bound = (ref.abs() * step + tiny)[~nan]
     assert (err <= bound).all(), f"max excess {(err - bound).max().item():.3g}"
-
-
-def decode_oracle(query, keys_of, seq_lens, topk_of, d_v, bmm1, bmm2, sinks):
-    """float64 ``(out, lse2)`` for every (b, t, h); ``keys_of(b, t, n)`` lists the rows attended."""
-    batch, q_len, heads, _ = query.shape
-    out = torch.zeros(batch, q_len, heads, d_v, dtype=torch.float64)
-    lse = torch.full((batch, q_len, heads), math.inf, dtype=torch.float64)
-    for b in range(batch):
-        for t in range(q_len):
-            n = max(0, min(topk_of, int(seq_lens[b]) - (q_len - 1 - t)))
-            keys = keys_of(b, t, n)
-            if keys.shape[0] == 0:
-                continue
-            s = bmm1 * query[b, t].double() @ keys.T  # [H, n]
-            total = torch.logsumexp(s, dim=-1)
-            denom = torch.exp(total)
-            if sinks is not None:
-                denom = denom + torch.exp(sinks.double())
-            out[b, t] = bmm2 * (torch.exp(s) @ keys[:, :d_v]) / denom[:, None]
-            lse[b, t] = total / math.log(2.0)
-    return out, lse
 
 
 def assert_decode_close(out, lse, ref_out, ref_lse):
