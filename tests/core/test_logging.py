@@ -132,8 +132,8 @@ def test_fp8_below_sm89_warns_once_per_op(monkeypatch, warnings_seen):
     from flashinfer._core import dispatch
     from flashinfer.gemm import _cuda
 
-    if not dispatch.triton_available():
-        pytest.skip("the CUDA route needs Triton installed (this machine has none)")
+    # the CUDA module takes the reference before any kernel below sm_89: no Triton needed
+    monkeypatch.setattr(dispatch, "_triton_present", lambda: True)
     monkeypatch.setattr(
         dispatch, "ROUTING", dispatch.ROUTING.routed("cpu", "cuda")._replace(force_reference=False)
     )
