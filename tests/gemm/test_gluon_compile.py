@@ -20,27 +20,21 @@ interpreted functions, which the compiler cannot take. Results on the H200 are t
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import os
-import re
-import subprocess
 import sys
 import tempfile
 
 import pytest
-
-from flashinfer._core.kernel_tier import GLUON_TRITON_VERSIONS
-
-# Triton is imported only in the subprocess: importing it here, at collection, would fix its own
-# helpers in compiled mode before tests/gemm/triton switches the interpreter on.
-TRITON = importlib.metadata.version("triton")
-pytestmark = pytest.mark.skipif(
-    tuple(int(part) for part in TRITON.split(".")[:2]) not in GLUON_TRITON_VERSIONS,
-    reason=f"the Gluon kernels use Triton {GLUON_TRITON_VERSIONS}'s Gluon API; this is Triton {TRITON}",
+from gluon_sm90 import (
+    SHARED_MEMORY_LIMIT,
+    compile_for_sm90,
+    cubin_report,
+    report_from_subprocess,
+    requires_gluon_triton,
 )
 
-SHARED_MEMORY_LIMIT = 227 * 1024
+pytestmark = requires_gluon_triton
+
 LAYOUTS = ("dense", "contiguous", "masked")
 # (kernel, configuration name, layout, output dtype, rows per A scale): every combination the
 # launchers can pick (the 192-row tile serves the dense layout only)
@@ -60,6 +54,7 @@ BMM = [
     for out in ("bfloat16", "float16")
 ]
 VARIANTS = BLOCKWISE + BMM
+INSTRUCTIONS = ("QGMMA", "UTMALDG", "UTMASTG", "LDL", "STL")
 
 
 def variant_id(variant) -> str:
@@ -90,10 +85,6 @@ def _descriptor_type(block, dtype_name):
 
 
 def _compile(variant):
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental import gluon
-
     from flashinfer.gemm.kernels import gluon_fp8_blockwise, gluon_fp8_bmm
 
     kernel_kind, name, layout, out, scale_bm = variant
@@ -122,36 +113,7 @@ def _compile(variant):
         }  # fmt: skip
         constexprs = tile
         options = {"num_warps": 4, "maxnreg": 168}
-    # every other parameter is an int32 size or stride
-    signature = {param: "i32" for param in kernel.arg_names}
-    signature.update(typed)
-    signature.update({param: "constexpr" for param in constexprs})
-    source = gluon._runtime.GluonASTSource(kernel, signature=signature, constexprs=constexprs)
-    return config, triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
-
-
-def _inspect(compiled, workdir) -> dict:
-    import triton
-
-    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    cubin = os.path.join(workdir, "kernel.cubin")
-    with open(cubin, "wb") as file:
-        file.write(compiled.asm["cubin"])
-
-    def dump(flag):
-        command = [os.path.join(tools, "cuobjdump"), flag, cubin]
-        return subprocess.run(command, capture_output=True, text=True, check=True).stdout
-
-    usage, sass = dump("--dump-resource-usage"), dump("--dump-sass")
-    budgets = re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", compiled.asm["ptx"])
-    return {
-        "shared": compiled.metadata.shared,
-        "resources": {key: int(value) for key, value in re.findall(r"(REG|STACK|LOCAL):(\d+)", usage)},
-        "count": {
-            op: len(re.findall(rf"\b{op}\b", sass)) for op in ("QGMMA", "UTMALDG", "UTMASTG", "LDL", "STL")
-        },
-        "budgets": sorted({int(value) for value in budgets}),
-    }
+    return config, compile_for_sm90(kernel, typed, constexprs, options)
 
 
 def compile_all(path: str) -> None:
@@ -161,7 +123,7 @@ def compile_all(path: str) -> None:
         for variant in VARIANTS:
             try:
                 config, compiled = _compile(variant)
-                results[variant_id(variant)] = _inspect(compiled, workdir)
+                results[variant_id(variant)] = cubin_report(compiled, workdir, INSTRUCTIONS)
                 results[variant_id(variant)]["math_budget"] = 160 if config.block_m == 192 else 240
             except Exception as error:  # reported per variant by the tests
                 results[variant_id(variant)] = {"error": f"{type(error).__name__}: {error}"}
@@ -175,11 +137,7 @@ def compile_all(path: str) -> None:
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    path = tmp_path_factory.mktemp("gluon") / "compiled.json"
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    subprocess.run([sys.executable, __file__, str(path)], env=env, check=True, timeout=3000)
-    with open(path) as file:
-        return json.load(file)
+    return report_from_subprocess(__file__, tmp_path_factory.mktemp("gluon"), timeout=3000)
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)

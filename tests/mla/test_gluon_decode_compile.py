@@ -22,25 +22,22 @@ tested in ``tests/gpu/test_mla_cuda.py`` with ``FLASHINFER_KERNEL_TIER=gluon``.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import os
 import re
-import subprocess
 import sys
 import tempfile
 
 import pytest
-
-from flashinfer._core.kernel_tier import GLUON_TRITON_VERSIONS
-
-TRITON = importlib.metadata.version("triton")
-pytestmark = pytest.mark.skipif(
-    tuple(int(part) for part in TRITON.split(".")[:2]) not in GLUON_TRITON_VERSIONS,
-    reason=f"the Gluon kernels use Triton {GLUON_TRITON_VERSIONS}'s Gluon API; this is Triton {TRITON}",
+from gluon_sm90 import (
+    SHARED_MEMORY_LIMIT,
+    compile_for_sm90,
+    cubin_report,
+    report_from_subprocess,
+    requires_gluon_triton,
 )
 
-SHARED_MEMORY_LIMIT = 227 * 1024
+pytestmark = requires_gluon_triton
+
 MAX_SPILL_BYTES = 96  # loop-invariant scalars around the partition boundaries (0 to 88 bytes seen)
 # (dtype, page size, split, sinks + device scales)
 VARIANTS = [
@@ -65,10 +62,6 @@ def variant_id(variant) -> str:
 
 
 def _compile(variant):
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental import gluon
-
     from flashinfer.mla.kernels import mla_decode_gluon as kernels
 
     dtype, page, split, extras = variant
@@ -85,43 +78,13 @@ def _compile(variant):
         "SPLIT": split, "HAS_SINKS": extras, "HAS_LSE": True, "SCALE1_ON_DEVICE": extras,
         "SCALE2_ON_DEVICE": extras, "ABLATE": 0,
     }  # fmt: skip
-    signature = {param: "i32" for param in kernel.arg_names}
-    signature.update(typed)
-    signature.update({param: "constexpr" for param in constexprs})
     # what the launch specializes on: 16-byte aligned pointers and row strides (the launcher
     # takes the Gluon kernel only for such key rows; 576-wide rows give such strides)
     aligned = ("q_ptr", "kv_ptr", "list_ptr", "seq_lens_ptr", "sinks_ptr", "out_ptr", "lse_ptr",
                "workspace_ptr", "stride_qb", "stride_qt", "stride_qh", "stride_kv_row", "stride_kv_tok",
                "stride_list_row", "stride_ob", "stride_ot", "stride_oh")  # fmt: skip
-    names = list(kernel.arg_names)
-    attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in aligned}
-    source = gluon._runtime.GluonASTSource(kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": 168})
-
-
-def _inspect(compiled, workdir) -> dict:
-    import triton
-
-    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    cubin, ptx = os.path.join(workdir, "kernel.cubin"), os.path.join(workdir, "kernel.ptx")
-    with open(cubin, "wb") as file:
-        file.write(compiled.asm["cubin"])
-    with open(ptx, "w") as file:
-        file.write(compiled.asm["ptx"])
-
-    def run(*command):
-        return subprocess.run(command, capture_output=True, text=True, check=True)
-
-    usage = run(os.path.join(tools, "cuobjdump"), "--dump-resource-usage", cubin).stdout
-    sass = run(os.path.join(tools, "cuobjdump"), "--dump-sass", cubin).stdout
-    # Triton's compile keeps ptxas's performance warnings to itself: ask ptxas again
-    ptxas = run(os.path.join(tools, "ptxas"), "-arch=sm_90a", "-v", ptx, "-o", cubin + ".again").stderr
-    return {
-        "shared": compiled.metadata.shared,
-        "stack": int(re.search(r"STACK:(\d+)", usage).group(1)),
-        "count": {op: len(re.findall(rf"\b{op}\b", sass)) for op in ("QGMMA", "HGMMA", "LDGSTS")},
-        "serialized": re.findall(r"\(C751\d\)[^\n]*", ptxas),
-    }
+    attrs = {name: [["tt.divisibility", 16]] for name in aligned}
+    return compile_for_sm90(kernel, typed, constexprs, {"num_warps": 4, "maxnreg": 168}, attrs)
 
 
 def _bank_conflicts() -> dict:
@@ -175,7 +138,9 @@ def compile_all(path: str) -> None:
     with tempfile.TemporaryDirectory() as workdir:
         for variant in VARIANTS:
             try:
-                results[variant_id(variant)] = _inspect(_compile(variant), workdir)
+                results[variant_id(variant)] = cubin_report(
+                    _compile(variant), workdir, ("QGMMA", "HGMMA", "LDGSTS"), ptxas_warnings=True
+                )
             except Exception as error:  # reported per variant by the tests
                 results[variant_id(variant)] = {"error": f"{type(error).__name__}: {error}"}
         results["bank_conflicts"] = _bank_conflicts()
@@ -189,13 +154,10 @@ def compile_all(path: str) -> None:
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    path = tmp_path_factory.mktemp("gluon_decode") / "compiled.json"
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     # a fresh cache: the bank-conflict probe reports while it compiles, not from a cached cubin
-    env["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton_cache"))
-    subprocess.run([sys.executable, __file__, str(path)], env=env, check=True, timeout=1800)
-    with open(path) as file:
-        return json.load(file)
+    return report_from_subprocess(
+        __file__, tmp_path_factory.mktemp("gluon_decode"), timeout=1800, fresh_cache=True
+    )
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
@@ -210,7 +172,8 @@ def test_compiles_for_sm90_with_pipelined_wgmma(compiled, variant):
         assert count["QGMMA"] == 0 and count["HGMMA"] > 0, count
     assert count["LDGSTS"] > 0, count
     assert result["shared"] <= SHARED_MEMORY_LIMIT, result["shared"]
-    assert result["stack"] <= MAX_SPILL_BYTES, f"{result['stack']} bytes of spilled registers"
+    stack = result["resources"]["STACK"]
+    assert stack <= MAX_SPILL_BYTES, f"{stack} bytes of spilled registers"
 
 
 def test_gather_and_v_conversion_are_free_of_bank_conflicts(compiled):
