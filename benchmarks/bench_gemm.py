@@ -24,9 +24,20 @@ Sections (DeepSeek-V3 shapes):
   ``--compare gemm_upstream.json`` then prints ours against it per shape.
 - ``reference``: the float32 reference implementation on a few small shapes.
 
+``--deepgemm`` adds DeepGEMM (deepseek-ai/DeepGEMM, the Python JIT release pinned and prepared by
+``benchmarks/deepgemm_anchor.sh``; ``benchmarks/_deepgemm.py`` calls it) to ``groupwise``
+(``gemm_fp8_fp8_bf16_nt``) and ``grouped`` (``m_grouped_gemm_fp8_fp8_bf16_nt_contiguous`` next to
+the contiguous and ``m_indptr`` rows, ``..._masked`` next to the masked rows): a row of tier
+``deepgemm`` on the same input sets, timed the same way, its A scales re-laid out to its MN-major
+TMA-aligned form once per input set ahead of timing (as an engine does at weight load), and its
+output checked once per shape against ours (``rel_err_vs_ours``: relative Frobenius error over
+the rows both define). Each of our rows of that shape then carries ``vs_deepgemm``, DeepGEMM's
+time over ours (above 1: ours is faster), printed after ``vs_anchor`` and tabled as
+``ours / DeepGEMM``. Its kernels are compiled ahead, in parallel, at the start of each section.
+
 Every row names its kernel tier (``tier``: ``api`` for the public API, which picks its own,
-``gluon``, ``tl``, ``cublas``, ``reference``); the Gluon rows appear where that tier runs
-(compute capability 9.0 and the Triton of ``flashinfer._core.kernel_tier``).
+``gluon``, ``tl``, ``cublas``, ``reference``, ``deepgemm``); the Gluon rows appear where that tier
+runs (compute capability 9.0 and the Triton of ``flashinfer._core.kernel_tier``).
 
 Timing: ``triton.testing.do_bench_cudagraph`` (CUDA events around graph replays, median): GPU
 time per call, without host overhead (``benchmarks/host_overhead.py`` measures that), as
@@ -37,13 +48,16 @@ per row is ``max(bytes / 4.3 TB/s, flops / peak)`` with the H200 peaks measured 
 
 Run: ``PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-gemm/src python benchmarks/bench_gemm.py --out DIR``
 (upstream: ``PYTHONPATH=UPSTREAM_DIR python benchmarks/bench_gemm.py --upstream --sections blockscale
---out DIR``, then ours with ``--sections blockscale --compare DIR/gemm_upstream.json``).
+--out DIR``, then ours with ``--sections blockscale --compare DIR/gemm_upstream.json``; DeepGEMM:
+``bash benchmarks/deepgemm_anchor.sh setup && PYTHONPATH=...:benchmarks/.anchor/deepgemm python
+benchmarks/bench_gemm.py --deepgemm --sections groupwise,grouped --out DIR``).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import itertools
 import json
 import os
@@ -51,6 +65,7 @@ import sys
 import traceback
 from pathlib import Path
 
+import _deepgemm
 import torch
 from _requires import OUT, require_cuda_gpu
 
@@ -89,13 +104,20 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
+def deepgemm_layout(name: str) -> str:
+    """Which DeepGEMM row a row of a shape is set against: its masked call for masked rows, else
+    its dense or contiguous call."""
+    return "masked" if "masked" in name else ""
+
+
 class Table:
     """Rows of one run: timings, throughput, anchors and the floor, printed as they come."""
 
     def __init__(self):
         self.rows = []
+        self.deepgemm = {}  # (section, shape, layout) -> DeepGEMM's ms, for our rows timed after it
 
-    def add(self, section, shape, name, ms, flops, bytes_moved, peak, anchor_ms=None, tier="api"):
+    def add(self, section, shape, name, ms, flops, bytes_moved, peak, anchor_ms=None, tier="api", **extra):
         floor_ms = max(bytes_moved / HBM_BYTES_PER_S, flops / PEAK_FLOPS[peak]) * 1e3
         row = {
             "section": section,
@@ -107,15 +129,64 @@ class Table:
             "gbps": bytes_moved / ms / 1e6,
             "floor_ms": floor_ms,
             "vs_anchor": (anchor_ms / ms) if anchor_ms else None,
+            **extra,
         }
+        key = (section, shape, deepgemm_layout(name))
+        if tier == "deepgemm":
+            self.deepgemm[key] = ms
+        elif key in self.deepgemm and name.startswith("ours"):
+            row["vs_deepgemm"] = self.deepgemm[key] / ms
         self.rows.append(row)
         ratio = f"{row['vs_anchor']:6.2f}x" if anchor_ms else "       "
+        if "vs_deepgemm" in row:
+            ratio += f" {row['vs_deepgemm']:6.2f}x DeepGEMM"
+        notes = "".join(f"  {k} {v:.1e}" for k, v in extra.items() if isinstance(v, float))
         print(
             f"{section:10s} {shape:34s} {name:26s} {tier:9s} {ms * 1e3:9.1f} us {row['tflops']:8.1f} TFLOP/s "
-            f"{row['gbps']:8.1f} GB/s  floor {floor_ms * 1e3:8.1f} us  {ratio}",
+            f"{row['gbps']:8.1f} GB/s  floor {floor_ms * 1e3:8.1f} us  {ratio}{notes}",
             flush=True,
         )
         return ms
+
+
+class DeepGEMMRows:
+    """``--deepgemm``: DeepGEMM's rows (tier ``deepgemm``), each on the input sets of one shape."""
+
+    MAX_FAILURES = 3  # then the rest of the run goes without DeepGEMM (its JIT fails the same way)
+
+    def __init__(self):
+        self.failures = 0
+
+    def precompile(self, shapes):
+        if self.failures < self.MAX_FAILURES:
+            try:
+                _deepgemm.precompile(shapes)
+            except Exception:  # the rows' own calls then report it
+                traceback.print_exc()
+
+    def add(self, table, section, shape, name, make, sets, flops, moved, ours, valid=None):
+        """Time ``make(d)()`` (DeepGEMM's call, its layout prepared by ``make``, once per input set)
+        over ``sets``, after checking it once against ``ours(d)`` on the first set's ``out``
+        (``valid(d)``: the rows both define); returns its ms, None when it failed."""
+        if self.failures >= self.MAX_FAILURES:
+            return None
+        try:
+            for d in sets:
+                d["deepgemm"] = make(d)
+            first = sets[0]
+            err = _deepgemm.rel_error(
+                lambda: ours(first), first["deepgemm"], first["out"], valid(first) if valid else None
+            )
+            ms = bench(lambda d: d["deepgemm"](), sets)
+        except Exception:  # reported; our rows of this shape are still timed
+            self.failures += 1
+            print(f"{section:10s} {shape:34s} {name}: FAILED", flush=True)
+            traceback.print_exc()
+            return None
+        finally:
+            for d in sets:
+                d.pop("deepgemm", None)
+        return table.add(section, shape, name, ms, flops, moved, "fp8", tier="deepgemm", rel_err_vs_ours=err)
 
 
 def gluon_tier():
@@ -160,11 +231,13 @@ def cublas_block_scales(a_scale, b_scale):
     return a_scale.t().contiguous().t(), b_scale.contiguous().t()
 
 
-def groupwise_section(table, fg, impls):
+def groupwise_section(table, fg, impls, deepgemm=None):
     from flashinfer.gemm._args import Groupwise
     from flashinfer.gemm.kernels import fp8_blockwise
 
     gluon = gluon_tier()
+    if deepgemm is not None:
+        deepgemm.precompile([("dense", m, n, k) for n, k in DEEPSEEK_NK for m in DEEPSEEK_M])
 
     for n, k in DEEPSEEK_NK:
         for m in DEEPSEEK_M:
@@ -208,6 +281,9 @@ def groupwise_section(table, fg, impls):
                 )
                 gluon[0].gemm_groupwise(call)
 
+            def deepgemm_call(d):
+                return _deepgemm.dense(d["a"], d["b"], d["a_scale"], d["b_scale"], d["out"])
+
             anchor = None
             if m % 4 == 0:  # cuBLASLt's block scaling needs m % 4 == 0 (see _cuda)
                 anchor = bench(anchor_fn, sets)
@@ -231,6 +307,10 @@ def groupwise_section(table, fg, impls):
                 "fp8",
                 tier="cublas",
             )
+            if deepgemm is not None:  # before our rows, which carry their speedup over it
+                deepgemm.add(
+                    table, "groupwise", shape, "DeepGEMM", deepgemm_call, sets, flops, moved, ours_fn
+                )
             if gluon is not None:
                 table.add(
                     "groupwise", shape, "ours: Gluon kernel", bench(gluon_fn, sets), flops, moved, "fp8", anchor,
@@ -374,9 +454,18 @@ def bf16_section(table, fg, impls):
             table.add("bf16", shape, f"ours ({impls})", bench(ours_fn, sets), flops, moved, "bf16", anchor)
 
 
-def grouped_section(table, fg, impls):
-    for n, k in [(4096, 7168), (7168, 2048)]:
-        for groups, rows in [(4, 1024), (8, 512), (8, 1024), (16, 256), (32, 256), (4, 8192), (32, 512)]:
+GROUPED_NK = [(4096, 7168), (7168, 2048)]
+GROUPED_SIZES = [(4, 1024), (8, 512), (8, 1024), (16, 256), (32, 256), (4, 8192), (32, 512)]
+
+
+def grouped_section(table, fg, impls, deepgemm=None):
+    if deepgemm is not None:
+        deepgemm.precompile(
+            [("contiguous", g * r, n, k, g) for n, k in GROUPED_NK for g, r in GROUPED_SIZES]
+            + [("masked", r, n, k, g, r) for n, k in GROUPED_NK for g, r in GROUPED_SIZES]
+        )
+    for n, k in GROUPED_NK:
+        for groups, rows in GROUPED_SIZES:
             total = groups * rows
 
             def make(groups=groups, rows=rows, total=total, n=n, k=k):
@@ -433,6 +522,20 @@ def grouped_section(table, fg, impls):
                     d["masked_m"], rows, out=d["out"].view(groups, rows, n),
                 )  # fmt: skip
 
+            def deepgemm_contiguous(d):
+                return _deepgemm.contiguous(
+                    d["a"], d["b"], d["a_scale"], d["b_scale"], d["m_indices"], d["out"]
+                )
+
+            def deepgemm_masked(d, groups=groups, rows=rows, n=n):
+                return _deepgemm.masked(
+                    d["a"].view(groups, rows, -1), d["b"], d["a_scale"].view(groups, rows, -1), d["b_scale"],
+                    d["masked_m"], rows, d["out"].view(groups, rows, n),
+                )  # fmt: skip
+
+            def masked_rows(d, rows=rows):  # the rows of out (groups x rows) below each masked_m
+                return (torch.arange(rows, device="cuda") < d["masked_m"][:, None]).flatten()
+
             anchor = bench(anchor_fn, sets)
             dense_moved = total * k + n * k + 2 * total * n
             table.add(
@@ -445,6 +548,11 @@ def grouped_section(table, fg, impls):
                 "fp8",
                 tier="cublas",
             )
+            if deepgemm is not None:  # before our rows, which carry their speedup over it
+                deepgemm.add(table, "grouped", shape, "DeepGEMM contiguous", deepgemm_contiguous, sets, flops, moved,
+                             contiguous_fn, valid=lambda d: d["m_indices"] >= 0)  # fmt: skip
+                deepgemm.add(table, "grouped", shape, "DeepGEMM masked", deepgemm_masked, sets, flops, moved,
+                             masked_fn, valid=masked_rows)  # fmt: skip
             table.add("grouped", shape, f"ours contiguous ({impls})", bench(contiguous_fn, sets), flops, moved, "fp8",
                       anchor)  # fmt: skip
             table.add("grouped", shape, f"ours group_gemm m_indptr ({impls})", bench(segments_fn, sets), flops, moved,
@@ -611,8 +719,13 @@ def markdown(rows) -> str:
     for section in dict.fromkeys(r["section"] for r in rows):
         sub = [r for r in rows if r["section"] == section]
         impls = list(dict.fromkeys(r["impl"] for r in sub))
-        lines += [f"\n#### {section}\n", "| shape | floor us | " + " | ".join(impls) + " | ours / anchor |"]
-        lines.append("|---" * (len(impls) + 3) + "|")
+        deepgemm = any("vs_deepgemm" in r for r in sub)
+        versus = " | ours / DeepGEMM |" if deepgemm else " |"
+        lines += [
+            f"\n#### {section}\n",
+            "| shape | floor us | " + " | ".join(impls) + " | ours / anchor" + versus,
+        ]
+        lines.append("|---" * (len(impls) + 3 + deepgemm) + "|")
         for shape in dict.fromkeys(r["shape"] for r in sub):
             cells = {r["impl"]: r for r in sub if r["shape"] == shape}
             first = next(iter(cells.values()))
@@ -621,7 +734,12 @@ def markdown(rows) -> str:
                 f"{cells[i]['ms'] * 1e3:.1f} ({cells[i]['tflops']:.0f})" if i in cells else "" for i in impls
             ]
             ratios = [f"{r['vs_anchor']:.2f}x" for r in cells.values() if r["vs_anchor"]]
-            lines.append("| " + " | ".join(row + [" / ".join(ratios)]) + " |")
+            row.append(" / ".join(ratios))
+            if deepgemm:
+                row.append(
+                    " / ".join(f"{r['vs_deepgemm']:.2f}x" for r in cells.values() if "vs_deepgemm" in r)
+                )
+            lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -656,6 +774,11 @@ def main():
         "--compare", metavar="UPSTREAM_JSON", help="print ours against an --upstream run's gemm_upstream.json"
     )
     parser.add_argument(
+        "--deepgemm",
+        action="store_true",
+        help="sections groupwise and grouped: DeepGEMM's rows on the same inputs (benchmarks/deepgemm_anchor.sh)",
+    )
+    parser.add_argument(
         "--replot",
         nargs="+",
         metavar="JSON",
@@ -666,7 +789,16 @@ def main():
     if args.replot:
         replot(args.replot, Path(args.out))
         return
+    if args.deepgemm and args.upstream:
+        parser.error("--deepgemm sets DeepGEMM against our rows: not with --upstream")
     require_cuda_gpu("bench_gemm.py")
+    deepgemm = None
+    if args.deepgemm:
+        try:
+            print(_deepgemm.describe(), flush=True)
+        except Exception as error:  # not prepared, not importable or no compiler: say so before timing
+            sys.exit(f"--deepgemm: {error}")
+        deepgemm = DeepGEMMRows()
     import flashinfer
     import flashinfer.gemm as fg
 
@@ -687,6 +819,9 @@ def main():
         "grouped": grouped_section,
         "blockscale": blockscale_section,
     }
+    if deepgemm is not None:
+        runners["groupwise"] = functools.partial(groupwise_section, deepgemm=deepgemm)
+        runners["grouped"] = functools.partial(grouped_section, deepgemm=deepgemm)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {
@@ -697,6 +832,8 @@ def main():
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "called_through": impls,
     }
+    if deepgemm is not None:
+        meta["deepgemm"] = _deepgemm.version()
     name = "gemm_upstream.json" if args.upstream else "gemm.json"
     for section in args.sections.split(","):
         try:

@@ -16,6 +16,15 @@ tl kernels' autotuning):
    512 -> 128): the Gluon batched kernel's tiles, the tl kernel and ``torch.bmm`` in bf16
    (upstream FlashInfer's cuBLASLt ``bmm_fp8`` is timed by ``bench_gemm.py --upstream``).
 
+``--deepgemm`` adds DeepGEMM (deepseek-ai/DeepGEMM, pinned and prepared by
+``benchmarks/deepgemm_anchor.sh``, called through ``benchmarks/_deepgemm.py``) to **dense**
+(``gemm_fp8_fp8_bf16_nt``) and **grouped** (``m_grouped_gemm_fp8_fp8_bf16_nt_contiguous`` and
+``..._masked``): timed on the same input sets, its A scales re-laid out to its MN-major TMA-aligned
+form once per set ahead of timing (as an engine does at weight load), its kernels compiled ahead
+in parallel; each shape's line then shows Gluon's speedup over it (``xdeepgemm``, masked against
+Gluon's masked) and the relative Frobenius error of its output against Gluon's (``rel_err_vs_ours``
+in the JSON).
+
 Kernels are called directly (``flashinfer.gemm.kernels.*``), not through the public API, so each
 tier is timed as it is. Timing as ``bench_gemm.py``: CUDA-graph replay
 (``triton.testing.do_bench_cudagraph``, median), inputs rotated through sets of more than the
@@ -23,12 +32,15 @@ tier is timed as it is. Timing as ``bench_gemm.py``: CUDA-graph replay
 writes ``gluon_probe.json`` to ``--out``.
 
 Run: ``PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-gemm/src python3 benchmarks/gluon_gemm_probe.py --out $OUT``
+(with DeepGEMM: ``bash benchmarks/deepgemm_anchor.sh setup && PYTHONPATH=...:benchmarks/.anchor/deepgemm
+python3 benchmarks/gluon_gemm_probe.py --deepgemm --out $OUT``)
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import sys
@@ -39,14 +51,20 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+import _deepgemm  # noqa: E402
 from bench_gemm import HBM_BYTES_PER_S, PEAK_FLOPS, bench, ceil_div, cublas_block_scales, fp8, rotating  # noqa: E402
 
 from flashinfer.gemm._args import Bmm, GroupedContiguous, GroupedMasked  # noqa: E402
 
 DENSE_M = [16, 64, 128, 512, 4096]
 DENSE_NK = [(7168, 2048), (4096, 7168), (2112, 7168)]
-GROUPED = [(4, 1024), (4, 8192), (8, 256), (8, 2048), (32, 256), (32, 512)]
-GROUPED_NK = [(4096, 7168), (7168, 2048)]
+# (groups, rows a group, n, k): DeepSeek-V3 MoE shapes, the four of the GEMM issue first
+GROUPED = [
+    (4, 1024, 4096, 7168),
+    (8, 512, 7168, 2048),
+    (32, 256, 4096, 7168),
+    (4, 8192, 7168, 2048),
+]
 MLA_TOKENS = [64, 128, 256, 512]
 E4M3 = torch.float8_e4m3fn
 
@@ -209,21 +227,65 @@ def time_row(report, section, shape, impl, tier, fn, sets, flops, moved, config=
     return ms
 
 
-def summarize(report, section, shape, times: dict, flops, moved):
-    """One line: the floor, each implementation's microseconds and TFLOP/s, Gluon's speedups."""
+def summarize(report, section, shape, times: dict, flops, moved, note=""):
+    """One line: the floor, each implementation's microseconds and TFLOP/s, Gluon's speedups
+    (over DeepGEMM's masked call: Gluon's masked kernel's)."""
     cells = " ".join(f"{name} {ms * 1e3:8.1f} ({flops / ms / 1e9:6.0f})" for name, ms in times.items() if ms)
-    gluon = times.get("gluon")
+
+    def base(name):
+        return times.get("gluon masked" if name == "deepgemm masked" else "gluon")
+
     ratios = " ".join(
-        f"x{name}={times[name] / gluon:.2f}" for name in times if name != "gluon" and times[name] and gluon
+        f"x{name}={times[name] / base(name):.2f}"
+        for name in times
+        if name != "gluon" and times[name] and base(name)
     )
     print(
-        f"{section:8s} {shape:32s} floor {floor_ms(flops, moved) * 1e3:7.1f} | {cells} | {ratios}", flush=True
+        f"{section:8s} {shape:32s} floor {floor_ms(flops, moved) * 1e3:7.1f} | {cells} | {ratios}{note}",
+        flush=True,
     )
 
 
-def dense_section(report):
+def deepgemm_precompile(shapes) -> bool:
+    """DeepGEMM's kernels for ``shapes`` compiled ahead; False (reported) where that failed."""
+    try:
+        _deepgemm.precompile(shapes)
+    except Exception:
+        traceback.print_exc()
+        print("DeepGEMM's kernels failed to compile: this section goes without DeepGEMM", flush=True)
+        return False
+    return True
+
+
+def deepgemm_time(report, section, shape, impl, make, sets, flops, moved, ours, valid=None):
+    """DeepGEMM's call ``make(d)`` (its layout prepared there, once per input set) timed over
+    ``sets`` as ours are, after one check of its output against ``ours(d)`` on the first set
+    (``valid(d)``: the rows both define). Returns (ms, relative error), Nones where it failed."""
+    try:
+        for d in sets:
+            d["deepgemm"] = make(d)
+        first = sets[0]
+        err = _deepgemm.rel_error(
+            lambda: ours(first), first["deepgemm"], first["out"], valid(first) if valid else None
+        )
+        ms = time_row(report, section, shape, impl, "deepgemm", lambda d: d["deepgemm"](), sets, flops, moved)
+    except Exception as error:  # reported; the other rows of the shape are still timed
+        print(f"{section:8s} {shape:32s} {impl:28s} FAILED: {error!r}", flush=True)
+        report.add(section=section, shape=shape, impl=impl, tier="deepgemm", error=repr(error))
+        return None, None
+    finally:
+        for d in sets:
+            d.pop("deepgemm", None)
+    if ms is not None:
+        report.rows[-1]["rel_err_vs_ours"] = err
+    return ms, err
+
+
+def dense_section(report, deepgemm=False, skip_tl=False):
     glu, _, tl, _ = kernels()
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if deepgemm:
+        deepgemm = deepgemm_precompile([("dense", m, n, k) for n, k in DENSE_NK for m in DENSE_M])
     for n, k in DENSE_NK:
         for m in DENSE_M:
 
@@ -254,66 +316,109 @@ def dense_section(report):
                 lambda d: torch._scaled_mm(d["a"], d["b"].t(), d["sa"], d["sb"], out_dtype=torch.bfloat16, out=d["out"]),
                 sets, flops, moved,
             )  # fmt: skip
-            times["tl"] = time_row(
-                report, "dense", shape, "tl kernel", "tl",
-                lambda d: tl.gemm_groupwise(groupwise(d["a"], d["b"], d["a_scale"], d["b_scale"], d["out"])),
-                sets, flops, moved,
-            )  # fmt: skip
-            summarize(report, "dense", shape, times, flops, moved)
+            if not skip_tl:
+                times["tl"] = time_row(
+                    report, "dense", shape, "tl kernel", "tl",
+                    lambda d: tl.gemm_groupwise(groupwise(d["a"], d["b"], d["a_scale"], d["b_scale"], d["out"])),
+                    sets, flops, moved,
+                )  # fmt: skip
+            note = ""
+            if deepgemm:
+                times["deepgemm"], err = deepgemm_time(
+                    report, "dense", shape, "DeepGEMM", sets=sets, flops=flops, moved=moved,
+                    make=lambda d: _deepgemm.dense(d["a"], d["b"], d["a_scale"], d["b_scale"], d["out"]),
+                    ours=lambda d, picked=picked: glu.gemm_groupwise(
+                        groupwise(d["a"], d["b"], d["a_scale"], d["b_scale"], d["out"]), config=picked),
+                )  # fmt: skip
+                note = f" | deepgemm err {err:.1e}" if err is not None else ""
+            summarize(report, "dense", shape, times, flops, moved, note)
             report.save()
 
 
-def grouped_section(report):
+def grouped_section(report, deepgemm=False, skip_tl=False):
     glu, _, tl, _ = kernels()
-    for n, k in GROUPED_NK:
-        for groups, rows in GROUPED:
-            total = groups * rows
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if deepgemm:
+        deepgemm = deepgemm_precompile(
+            [("contiguous", g * r, n, k, g) for g, r, n, k in GROUPED]
+            + [("masked", r, n, k, g, r) for g, r, n, k in GROUPED]
+        )
+    for groups, rows, n, k in GROUPED:
+        total = groups * rows
 
-            def make(groups=groups, rows=rows, total=total, n=n, k=k):
-                b = fp8(groups, n, k)
-                b_scale = torch.rand(groups, n // 128, k // 128, device="cuda") + 0.5
-                a = fp8(total, k)
-                a_scale = torch.rand(total, k // 128, device="cuda") + 0.5
-                sa, sb = cublas_block_scales(a_scale, b_scale[0])
-                out = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
-                m_indices = torch.arange(groups, device="cuda", dtype=torch.int32).repeat_interleave(rows)
-                masked_m = torch.full((groups,), rows, device="cuda", dtype=torch.int32)
-                return dict(a=a, b=b, a_scale=a_scale, b_scale=b_scale, sa=sa, sb=sb, out=out,
-                            m_indices=m_indices, masked_m=masked_m)  # fmt: skip
+        def make(groups=groups, rows=rows, total=total, n=n, k=k):
+            b = fp8(groups, n, k)
+            b_scale = torch.rand(groups, n // 128, k // 128, device="cuda") + 0.5
+            a = fp8(total, k)
+            a_scale = torch.rand(total, k // 128, device="cuda") + 0.5
+            sa, sb = cublas_block_scales(a_scale, b_scale[0])
+            out = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
+            m_indices = torch.arange(groups, device="cuda", dtype=torch.int32).repeat_interleave(rows)
+            masked_m = torch.full((groups,), rows, device="cuda", dtype=torch.int32)
+            return dict(a=a, b=b, a_scale=a_scale, b_scale=b_scale, sa=sa, sb=sb, out=out,
+                        m_indices=m_indices, masked_m=masked_m)  # fmt: skip
 
-            sets = rotating(make, total * k + groups * n * k)
-            flops, moved = 2 * total * n * k, total * k + groups * n * k + 2 * total * n
-            shape = f"G={groups} rows={rows} n={n} k={k}"
+        sets = rotating(make, total * k + groups * n * k)
+        flops, moved = 2 * total * n * k, total * k + groups * n * k + 2 * total * n
+        shape = f"G={groups} rows={rows} n={n} k={k}"
 
-            def masked(kernel, d, groups=groups, rows=rows, n=n):
-                kernel.group_gemm_masked(GroupedMasked(
+        def masked(kernel, d, config=None, groups=groups, rows=rows, n=n):
+            call = GroupedMasked(
+                d["a"].view(groups, rows, -1), d["b"], d["a_scale"].view(groups, rows, -1), d["b_scale"],
+                d["masked_m"], rows, d["out"].view(groups, rows, n),
+            )  # fmt: skip
+            kernel.group_gemm_masked(call, **({"config": config} if config else {}))
+
+        def contiguous(kernel, d, config=None):
+            call = GroupedContiguous(d["a"], d["b"], d["a_scale"], d["b_scale"], d["m_indices"], d["out"])
+            kernel.group_gemm_contiguous(call, **({"config": config} if config else {}))
+
+        # every 128-row tile (grouped tiles stay aligned to 128-row groups), the picked one as "gluon"
+        picked = glu.pick_config(glu.CONTIGUOUS.value, total, n, ceil_div(total, 128), num_sms, False)
+        times = {}
+        for config in (c for c in glu.CONFIGS if c.block_m == 128):
+            tag = "" if config == picked else f" {config_name(config)}"
+            times["gluon" + tag] = time_row(
+                report, "grouped", shape, "gluon contiguous" + tag, "gluon",
+                lambda d, config=config: contiguous(glu, d, config), sets, flops, moved, config_name(config),
+            )  # fmt: skip
+            times["gluon masked" + tag] = time_row(
+                report, "grouped", shape, "gluon masked" + tag, "gluon",
+                lambda d, config=config: masked(glu, d, config), sets, flops, moved, config_name(config),
+            )  # fmt: skip
+        if not skip_tl:
+            times["tl"] = time_row(report, "grouped", shape, "tl contiguous", "tl",
+                                   lambda d: contiguous(tl, d), sets, flops, moved)  # fmt: skip
+            times["tl masked"] = time_row(report, "grouped", shape, "tl masked", "tl",
+                                          lambda d: masked(tl, d), sets, flops, moved)  # fmt: skip
+        times |= {
+            "cublas": time_row(
+                report, "grouped", shape, "dense cuBLASLt, equal FLOPs", "cublas",
+                lambda d: torch._scaled_mm(d["a"], d["b"][0].t(), d["sa"], d["sb"], out_dtype=torch.bfloat16,
+                                           out=d["out"]),
+                sets, flops, total * k + n * k + 2 * total * n,
+            ),
+        }  # fmt: skip
+        note = ""
+        if deepgemm:
+            times["deepgemm"], err = deepgemm_time(
+                report, "grouped", shape, "DeepGEMM contiguous", sets=sets, flops=flops, moved=moved,
+                make=lambda d: _deepgemm.contiguous(d["a"], d["b"], d["a_scale"], d["b_scale"], d["m_indices"],
+                                                    d["out"]),
+                ours=lambda d: contiguous(glu, d), valid=lambda d: d["m_indices"] >= 0,
+            )  # fmt: skip
+            times["deepgemm masked"], err_masked = deepgemm_time(
+                report, "grouped", shape, "DeepGEMM masked", sets=sets, flops=flops, moved=moved,
+                make=lambda d, groups=groups, rows=rows, n=n: _deepgemm.masked(
                     d["a"].view(groups, rows, -1), d["b"], d["a_scale"].view(groups, rows, -1), d["b_scale"],
-                    d["masked_m"], rows, d["out"].view(groups, rows, n),
-                ))  # fmt: skip
-
-            def contiguous(kernel, d):
-                kernel.group_gemm_contiguous(
-                    GroupedContiguous(d["a"], d["b"], d["a_scale"], d["b_scale"], d["m_indices"], d["out"])
-                )
-
-            times = {
-                "gluon": time_row(report, "grouped", shape, "gluon contiguous", "gluon",
-                                  lambda d: contiguous(glu, d), sets, flops, moved),
-                "gluon masked": time_row(report, "grouped", shape, "gluon masked", "gluon",
-                                         lambda d: masked(glu, d), sets, flops, moved),
-                "tl": time_row(report, "grouped", shape, "tl contiguous", "tl",
-                               lambda d: contiguous(tl, d), sets, flops, moved),
-                "tl masked": time_row(report, "grouped", shape, "tl masked", "tl",
-                                      lambda d: masked(tl, d), sets, flops, moved),
-                "cublas": time_row(
-                    report, "grouped", shape, "dense cuBLASLt, equal FLOPs", "cublas",
-                    lambda d: torch._scaled_mm(d["a"], d["b"][0].t(), d["sa"], d["sb"], out_dtype=torch.bfloat16,
-                                               out=d["out"]),
-                    sets, flops, total * k + n * k + 2 * total * n,
-                ),
-            }  # fmt: skip
-            summarize(report, "grouped", shape, times, flops, moved)
-            report.save()
+                    d["masked_m"], rows, d["out"].view(groups, rows, n)),
+                ours=lambda d: masked(glu, d),
+                valid=lambda d, rows=rows: (torch.arange(rows, device="cuda") < d["masked_m"][:, None]).flatten(),
+            )  # fmt: skip
+            errors = [f"{e:.1e}" if e is not None else "-" for e in (err, err_masked)]
+            note = f" | deepgemm err {errors[0]} (masked {errors[1]})"
+        summarize(report, "grouped", shape, times, flops, moved, note)
+        report.save()
 
 
 def mla_section(report):
@@ -358,6 +463,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "probe_out"))
     parser.add_argument("--sections", default="check,dense,grouped,mla", help="comma-separated subset")
+    parser.add_argument(
+        "--deepgemm",
+        action="store_true",
+        help="dense and grouped: DeepGEMM on the same inputs (prepare with benchmarks/deepgemm_anchor.sh)",
+    )
+    parser.add_argument("--skip-tl", action="store_true", help="dense and grouped: leave out the tl kernels")
     args = parser.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -370,12 +481,17 @@ def main():
         "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
     }
+    if args.deepgemm:
+        try:
+            meta["deepgemm"] = _deepgemm.describe()
+        except Exception as error:  # not prepared, not importable or no compiler: say so before timing
+            sys.exit(f"--deepgemm: {error}")
     print(meta, flush=True)
     report = Report(out_dir, meta)
     sections = {
         "check": check_section,
-        "dense": dense_section,
-        "grouped": grouped_section,
+        "dense": functools.partial(dense_section, deepgemm=args.deepgemm, skip_tl=args.skip_tl),
+        "grouped": functools.partial(grouped_section, deepgemm=args.deepgemm, skip_tl=args.skip_tl),
         "mla": mla_section,
     }
     for name in args.sections.split(","):
