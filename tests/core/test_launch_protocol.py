@@ -5,7 +5,11 @@
 BF16 decode, sparse and paged, split and not, sinks, LSE, float and tensor scales, strided outputs,
 the packed cache, RoPE, every GEMM API, on a stubbed H200 (auto, tl and gluon tiers, few
 multiprocessors), L40 and A100. ``launch_protocol_main.jsonl`` is that record taken from main at
-09113a1, whose Gluon MLA decode and Gluon GEMM kernels ran on an H200. Grid, every positional
+09113a1, whose Gluon MLA decode and Gluon GEMM kernels ran on an H200, re-recorded for the 26
+block-scaled GEMM calls whose launches the GEMM issue changed on purpose (the Gluon kernel's
+``HALVES`` and 128 x 256 tile, the grouped GEMMs on the Gluon tier under ``auto``), with the
+kernels of that commit run on an H200 (``benchmarks/notes_gluon_gemm.md``); every other launch is
+the 09113a1 record's. Grid, every positional
 argument (tensors by which caller tensor they are, byte offset, shape, strides and dtype; TMA
 descriptors by every field) and every keyword argument must be equal, but for the deliberate
 changes listed in :data:`CHANGES` (each says why).

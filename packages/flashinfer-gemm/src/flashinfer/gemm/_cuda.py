@@ -14,12 +14,13 @@ runs the Triton kernels of ``flashinfer.gemm.kernels``. Devices without FP8 tens
 (compute capability below 8.9) run the FP8 functions through ``flashinfer.gemm._reference``.
 
 Kernel tiers (``flashinfer._core.kernel_tier``): the Gluon kernels (``kernels.gluon_fp8_*``) run
-on compute capability 9.0 with the Triton versions they were built for, and only when
-``FLASHINFER_KERNEL_TIER=gluon`` asks for them: they have passed a first correctness run on an
-H200 (37 of 38 cases of ``tests/gpu/test_gemm_gluon.py``; one exceeded its error bound by 10%)
-but have not been timed against cuBLASLt and the tl kernels, so ``auto`` keeps the routes below
-(``GLUON_IN_AUTO``). Forced, every call the Gluon kernels take runs them, at every m (and raises
-on a device or Triton they do not run on).
+on compute capability 9.0 with the Triton versions they were built for. ``auto`` takes them
+where the H200 benchmark shows them ahead of the alternative (``GLUON_GROUPED_IN_AUTO``): the
+grouped GEMMs (contiguous, masked and row segments), 1.1-1.5x the tl kernels on DeepSeek's MoE
+shapes (``benchmarks/notes_gluon_gemm.md``). The dense block-scaled GEMM stays on cuBLASLt,
+which is ahead at most m, and ``bmm_fp8`` on its measured routes (``GLUON_IN_AUTO``).
+``FLASHINFER_KERNEL_TIER=gluon`` forces every call the Gluon kernels take onto them, at every m
+(and raises on a device or Triton they do not run on); ``tl`` keeps the portable kernels.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ _CUBLAS_ALIGNMENT_BYTES = 16
 # bound by reading B, which cuBLASLt does at 2.5-6x the floor); above it cuBLASLt (963-972 TFLOP/s
 # at m = 4096 on the H200) until benchmarks/gluon_gemm_probe.py shows the Gluon tiles ahead.
 GLUON_OVER_CUBLAS_MAX_M = 256
-# Whether FLASHINFER_KERNEL_TIER=auto takes the Gluon GEMMs: not until they are measured (above).
+# Whether FLASHINFER_KERNEL_TIER=auto takes the Gluon dense GEMM and bmm (behind cuBLASLt at most
+# m in the last H200 run) and the grouped GEMMs (ahead of the tl kernels at every MoE shape).
 GLUON_IN_AUTO = False
+GLUON_GROUPED_IN_AUTO = True
 
 
 def _has_fp8_mma(device: torch.device) -> bool:
@@ -263,7 +266,7 @@ def group_gemm_contiguous(call) -> None:
     if not _has_fp8_mma(a.device):
         _no_fp8_mma("group_deepgemm_fp8_nt_groupwise", a.device)
         _reference.group_gemm_contiguous(call)
-    elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_IN_AUTO):
+    elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_GROUPED_IN_AUTO):
         _gluon_blockwise().group_gemm_contiguous(call)
     else:
         from flashinfer.gemm.kernels import fp8_blockwise
@@ -281,7 +284,7 @@ def group_gemm_masked(call) -> None:
     if not _has_fp8_mma(a.device):
         _no_fp8_mma("batch_deepgemm_fp8_nt_groupwise", a.device)
         _reference.group_gemm_masked(call)
-    elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_IN_AUTO):
+    elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_GROUPED_IN_AUTO):
         _gluon_blockwise().group_gemm_masked(call)
     else:
         from flashinfer.gemm.kernels import fp8_blockwise
@@ -296,10 +299,16 @@ def group_gemm_segments(call) -> None:
     if not _has_fp8_mma(call.a.device):
         _no_fp8_mma("group_gemm_fp8_nt_groupwise", call.a.device)
         _reference.group_gemm_contiguous(rows)
-        return
-    from flashinfer.gemm.kernels import fp8_blockwise
+    elif (
+        rows.a.dtype == rows.b.dtype == torch.float8_e4m3fn  # e5m2 segments: the tl kernel (as tested)
+        and _gluon_grouped_takes(rows.a, rows.b)
+        and use_gluon(rows.a.device, GLUON_GROUPED_IN_AUTO)
+    ):
+        _gluon_blockwise().group_gemm_contiguous(rows)
+    else:
+        from flashinfer.gemm.kernels import fp8_blockwise
 
-    fp8_blockwise.group_gemm_contiguous(rows)
+        fp8_blockwise.group_gemm_contiguous(rows)
 
 
 def quantize_fp8_blocks(call) -> None:

@@ -33,8 +33,13 @@ def _load_mate():
 DISPATCH = Dispatcher("flashinfer.gemm", reference=_load_reference, cuda=_load_cuda, mate=_load_mate)
 
 _FP8_BELOW_SM89 = "; the reference below compute capability 8.9"
-# the Gluon GEMMs are not timed yet: they run only when FLASHINFER_KERNEL_TIER=gluon asks (gemm/_cuda.py)
+# the dense Gluon GEMM and bmm trail cuBLASLt: they run only when FLASHINFER_KERNEL_TIER=gluon asks;
+# the grouped ones lead the tl kernels and run on Hopper under auto (gemm/_cuda.py)
 _GLUON_FORCED = " (FLASHINFER_KERNEL_TIER=gluon: the Gluon kernel on Hopper where TMA takes the operands)"
+_GLUON_GROUPED = (
+    "on Hopper (sm_90) with Triton 3.6, the warp-specialized Gluon kernel where TMA takes the operands; "
+    "elsewhere the persistent Triton blockwise FP8 kernel"
+)
 
 # op -> implementation kind -> what runs
 ROUTES = {
@@ -62,7 +67,7 @@ ROUTES = {
     },
     "group_gemm_fp8_nt_groupwise": {
         "reference": "one float32 matmul per group, rows selected by the m_indptr segments",
-        "cuda": "persistent Triton blockwise FP8 kernel (segments become per-row group ids on the device)"
+        "cuda": _GLUON_GROUPED + " (e4m3 only; segments become per-row group ids on the device)"
         + _FP8_BELOW_SM89,
         "mate": "mate.gemm.ragged_m_moe_gemm_8bit (MUBIN, gemm_mode='per_expert') into a scratch; rows "
         "outside the segments kept",
@@ -76,12 +81,12 @@ ROUTES = {
     },
     "group_deepgemm_fp8_nt_groupwise": {
         "reference": "one float32 matmul per group, rows selected by m_indices",
-        "cuda": "persistent Triton blockwise FP8 kernel" + _GLUON_FORCED + _FP8_BELOW_SM89,
+        "cuda": _GLUON_GROUPED + _FP8_BELOW_SM89,
         "mate": "mate.gemm.ragged_m_moe_gemm_8bit (MUBIN)",
     },
     "batch_deepgemm_fp8_nt_groupwise": {
         "reference": "batched float32 matmul, rows past masked_m kept",
-        "cuda": "persistent Triton blockwise FP8 kernel" + _GLUON_FORCED + _FP8_BELOW_SM89,
+        "cuda": _GLUON_GROUPED + _FP8_BELOW_SM89,
         "mate": "mate.gemm.masked_moe_gemm_8bit (MUBIN)",
     },
 }

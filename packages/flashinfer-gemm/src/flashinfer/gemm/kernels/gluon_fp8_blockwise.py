@@ -25,7 +25,7 @@ Layout
 - Scales are float32 *logical* views with any strides (row- or column-major, ``.t()`` views):
   ``a_scale (G?, ceil(m / SCALE_BM), ceil(k / 128))`` with ``SCALE_BM`` 1 or 128 and
   ``b_scale (G?, ceil(n / 128), ceil(k / 128))``. They are read from global memory by the math
-  warpgroups, one K step ahead, and applied exactly in float32.
+  warpgroups (A scales one K step ahead, B scales at their step) and applied exactly in float32.
 - ``out`` has any strides (written with masked stores); ``output_scale`` has a free row stride.
 
 Schedule (DeepGEMM's Hopper structure)
@@ -34,22 +34,24 @@ Persistent programs, one a multiprocessor, walk the tile list (``group x row til
 tile``, row tiles in bands of ``GROUP_M`` so that tiles in flight share B columns in L2). Each
 program runs three partitions (``gl.warp_specialize``):
 
-- the **producer** (one warp, 40 registers) issues the TMA loads of each 128-wide K step of A and
+- the **producer** (one warp, 24 registers) issues the TMA loads of each 128-wide K step of A and
   B into a ``STAGES``-deep shared-memory ring, one ``full`` mbarrier a stage (expect-tx);
-- two **math warpgroups** (the default partition and a worker, 232 registers each) split the tile:
+- two **math warpgroups** (the default partition and a worker, 240 registers each) split the tile:
   by rows (``BLOCK_M = 128``: 64 rows each) or, for small m, by columns (``BLOCK_M = 64``). A
-  warpgroup's share is one or two ``64 x WN`` sub-tiles (``WN <= 128``). For every K step it
-  issues the wgmma of the step into a fresh accumulator (FP8 tensor cores accumulate 128 products
-  in reduced precision, never more), waits for it, releases the stage (``empty`` mbarrier, one
-  arrival per warpgroup) and promotes the product into the fp32 accumulator, scaled by
-  ``a_scale[row] * b_scale``: while one warpgroup promotes, the other's wgmma runs, so the tensor
-  cores stay busy. The epilogue converts to the output dtype (or quantizes to e4m3 with the
-  output scales) and stores with row and column masks, while the producer already fills the ring
-  with the next tile.
+  warpgroup's share is ``HALVES`` (1 or 2) sub-tiles of ``64 x SUB_N`` (``SUB_N <= 128``). For
+  every K step and sub-tile it issues the wgmma into a fresh accumulator (FP8 tensor cores
+  accumulate 128 products in reduced precision, never more), waits for it and promotes the
+  product into that sub-tile's fp32 sum, scaled by ``a_scale[row] * b_scale``; after the last
+  sub-tile it releases the stage (``empty`` mbarrier, one arrival per warpgroup). While one
+  warpgroup promotes, the other's wgmma runs, so the tensor cores stay busy. The epilogue
+  converts to the output dtype (or quantizes to e4m3 with the output scales) and stores with row
+  and column masks, while the producer already fills the ring with the next tile.
 
-Every decision (which tiles have work, which groups a row tile holds) is made on the device by
-all three partitions from the same data: no host synchronization, and launches can be captured
-in a CUDA graph. Needs Triton 3.6's Gluon API (``flashinfer._core.kernel_tier``).
+What decides a tile's work (the group ids of its rows, a group's valid rows) is loaded one tile
+ahead by every partition, so its latency hides behind the current tile's K loop; which groups a
+row tile holds is then reduced from registers. Every decision is made on the device by all
+three partitions from the same data: no host synchronization, and launches can be captured in a
+CUDA graph. Needs Triton 3.6's Gluon API (``flashinfer._core.kernel_tier``).
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ class GluonGemmConfig:
         Rows of the tile: 128 or 192 (two or three math warpgroups of 64 rows each), or 64 (two
         math warpgroups taking half the columns each: small m).
     block_n : int
-        Columns of the tile (a math warpgroup's share is at most 128 columns).
+        Columns of the tile: a math warpgroup's share is at most 128 columns, or 256 as two
+        128-column halves (``block_m`` 128, ``block_n`` 256).
     stages : int
         Depth of the TMA ring (``(block_m + block_n) * 128`` bytes a stage).
     group_m : int
@@ -114,7 +117,14 @@ class GluonGemmConfig:
     @property
     def sub_n(self) -> int:
         """Columns of one math warpgroup's wgmma."""
-        return self.block_n // 2 if self.block_m == SUB_M.value else self.block_n
+        share = self.block_n // 2 if self.block_m == SUB_M.value else self.block_n
+        return min(share, 128)
+
+    @property
+    def halves(self) -> int:
+        """wgmmas a math warpgroup's share takes a K step (1, or 2 for a 256-column share)."""
+        share = self.block_n // 2 if self.block_m == SUB_M.value else self.block_n
+        return share // self.sub_n
 
     @property
     def launch_options(self) -> dict:
@@ -124,13 +134,14 @@ class GluonGemmConfig:
         return {"num_warps": 4, "maxnreg": 65536 // (warpgroups * 128) // 8 * 8}
 
 
-# Tiles (block_m, block_n, stages), sized to the 227 KB of shared memory (ring + the epilogue's
-# layout conversion). 192 x 128 (three math warpgroups) moves 20% fewer bytes from L2 per FLOP
-# than 128 x 128, which large GEMMs need to pass ~1000 TFLOP/s (128 x 256 as two 64 x 128
-# accumulators a warpgroup spilled: ptxas gives each wgmma its own accumulator registers);
-# 128 x 128 keeps grouped tiles aligned to DeepGEMM's 128-row groups; 128 x 64 fills the
-# multiprocessors for mid-size m; 64-row tiles with narrow columns spread the weight reads of
-# small m (memory-bound) over every multiprocessor.
+# Tiles (block_m, block_n, stages), sized to the 227 KB of shared memory. Large and grouped GEMMs
+# are bound by what L2 delivers to shared memory (about 32 bytes a clock a multiprocessor on the
+# H200; ``benchmarks/notes_gluon_gemm.md``), so the tile that moves the fewest bytes per FLOP
+# wins: 128 x 256 (two 128-column halves a warpgroup, 1.5 bytes a product-step) over 192 x 128
+# (three warpgroups, 1.67) and 128 x 128 (2). 128-row tiles keep grouped tiles aligned to
+# DeepGEMM's 128-row groups; 128 x 64 fills the multiprocessors for mid-size m; 64-row tiles with
+# narrow columns spread the weight reads of small m (memory-bound) over every multiprocessor.
+WIDE = GluonGemmConfig(128, 256, 4)
 LARGE = GluonGemmConfig(192, 128, 5)
 MEDIUM = GluonGemmConfig(128, 128, 6)
 NARROW = GluonGemmConfig(128, 64, 8)
@@ -140,24 +151,25 @@ SMALL_M = {
     32: GluonGemmConfig(64, 32, 18),
 }
 FP8_OUTPUT = MEDIUM  # a math warpgroup's share is one 128-column output-scale block
-CONFIGS = (LARGE, MEDIUM, NARROW, *SMALL_M.values())
+CONFIGS = (WIDE, LARGE, MEDIUM, NARROW, *SMALL_M.values())
 
 
 def pick_config(layout: int, rows: int, n: int, tiles_m: int, num_sms: int, out_fp8: bool) -> GluonGemmConfig:
     """The tile for ``rows`` rows per group (``tiles_m`` 128-row tiles in all) and ``n`` columns.
 
-    A first rule from tile counts (the H200 probe ``benchmarks/gluon_gemm_probe.py`` times the
-    alternatives). m <= 64 is bound by reading B: it takes the 64-row tile whose busiest
-    multiprocessor reads the fewest B rows (waves x width; the wider on ties). Larger m takes the
-    largest tile that still gives every multiprocessor a tile; grouped layouts keep 128-row tiles
-    (DeepGEMM aligns groups to 128 rows).
+    m <= 64 is bound by reading B: it takes the 64-row tile whose busiest multiprocessor reads
+    the fewest B rows (waves x width; the wider on ties). Larger m takes the first tile, from the
+    fewest bytes per FLOP down, that still gives every multiprocessor a tile; grouped layouts
+    keep 128-row tiles (DeepGEMM aligns groups to 128 rows).
     """
     if out_fp8:
         return FP8_OUTPUT
     if rows <= SUB_M.value:
         width = min(SMALL_M, key=lambda w: (ceil_div(tiles_m * ceil_div(n, w), num_sms) * w, -w))
         return SMALL_M[width]
-    candidates = (MEDIUM, NARROW) if layout != DENSE.value else (LARGE, MEDIUM, NARROW)
+    candidates = {CONTIGUOUS.value: (WIDE, MEDIUM, NARROW), MASKED.value: (MEDIUM, NARROW)}.get(
+        layout, (LARGE, MEDIUM, NARROW)
+    )
     for config in candidates:
         if ceil_div(tiles_m * 128, config.block_m) * ceil_div(n, config.block_n) >= num_sms:
             return config
@@ -177,54 +189,62 @@ def _banded(tile, tiles_m, tiles_n, GROUP_M: gl.constexpr):
     return first_m + tile % band_rows, (tile % (GROUP_M * tiles_n)) // band_rows
 
 
-@gluon.jit
-def _masked_rows(rows_ptr, group, M):
-    # valid rows of a masked group, clamped to [0, M]
-    return gl.minimum(gl.maximum(gl.load(rows_ptr + group), 0), M)
-
-
 @gluon.constexpr_function
 def _pow2(x):
     return 1 << (x - 1).bit_length()
 
 
 @gluon.jit
-def _next_group(rows_ptr, off_m, M, num_groups, after, BLOCK_M: gl.constexpr, NUM_WARPS: gl.constexpr):
-    # CONTIGUOUS: the smallest valid group id above `after` in the row tile (num_groups if none)
-    layout: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
-    offs = off_m + gl.arange(0, _pow2(BLOCK_M), layout=layout)
-    ids = gl.load(rows_ptr + offs, mask=(offs < M) & (offs < off_m + BLOCK_M), other=-1)
-    return gl.min(gl.where((ids > after) & (ids < num_groups), ids, num_groups), axis=0)
-
-
-@gluon.jit
-def _tile_start(
-    tile, rows_ptr, M, N, num_groups,
-    LAYOUT: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
-    NUM_WARPS: gl.constexpr,
-):  # fmt: skip
-    # (first group to compute, or num_groups when the tile has no work; row and column offsets)
+def _tile_coords(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
+    # (slot: the masked layout's group, 0 otherwise; first row; first column)
     tiles_m = gl.cdiv(M, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)
     per_group = tiles_m * tiles_n
     pid_m, pid_n = _banded(tile % per_group, tiles_m, tiles_n, GROUP_M)
-    off_m = pid_m * BLOCK_M
-    if LAYOUT == MASKED:
-        group = tile // per_group
-        group = gl.where(off_m < _masked_rows(rows_ptr, group, M), group, num_groups)
-    elif LAYOUT == CONTIGUOUS:
-        group = _next_group(rows_ptr, off_m, M, num_groups, -1, BLOCK_M, NUM_WARPS)
-    else:
-        group = tile * 0
-    return group, off_m, pid_n * BLOCK_N
+    return tile // per_group, pid_m * BLOCK_M, pid_n * BLOCK_N
 
 
 @gluon.jit
-def _following_group(group, rows_ptr, off_m, M, num_groups, LAYOUT: gl.constexpr, BLOCK_M: gl.constexpr,
-                     NUM_WARPS: gl.constexpr):  # fmt: skip
+def _tile_ids(
+    tile, rows_ptr, M, N, num_tiles,
+    LAYOUT: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
+    NUM_WARPS: gl.constexpr,
+):  # fmt: skip
+    # What decides a tile's groups, loaded a tile ahead so that its latency hides behind the
+    # current tile's K loop: CONTIGUOUS the group ids of its rows (-1 past M), MASKED the valid
+    # rows of its group clamped to [0, M], DENSE nothing.
+    slot, off_m, off_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     if LAYOUT == CONTIGUOUS:
-        return _next_group(rows_ptr, off_m, M, num_groups, group, BLOCK_M, NUM_WARPS)
-    return group * 0 + num_groups
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
+        offs = off_m + gl.arange(0, _pow2(BLOCK_M), layout=layout)
+        valid = (offs < M) & (offs < off_m + BLOCK_M) & (tile < num_tiles)
+        return gl.load(rows_ptr + offs, mask=valid, other=-1)
+    elif LAYOUT == MASKED:
+        rows = gl.load(rows_ptr + slot, mask=tile < num_tiles, other=0)
+        return gl.minimum(gl.maximum(rows, 0), M)
+    else:
+        return tile * 0
+
+
+@gluon.jit
+def _first_group(ids, slot, off_m, num_groups, LAYOUT: gl.constexpr):
+    # the first group a tile computes, num_groups when it has no work
+    if LAYOUT == CONTIGUOUS:
+        return gl.min(gl.where((ids >= 0) & (ids < num_groups), ids, num_groups), axis=0)
+    elif LAYOUT == MASKED:
+        return gl.where(off_m < ids, slot, num_groups)
+    else:
+        return slot * 0
+
+
+@gluon.jit
+def _next_group(ids, group, num_groups, LAYOUT: gl.constexpr):
+    # CONTIGUOUS: the smallest valid group id above `group` among the tile's rows (a tile of
+    # DeepGEMM's 128-row aligned groups holds one); every other layout: one pass a tile
+    if LAYOUT == CONTIGUOUS:
+        return gl.min(gl.where((ids > group) & (ids < num_groups), ids, num_groups), axis=0)
+    else:
+        return group * 0 + num_groups
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,10 +265,12 @@ def _producer(
     STEP_BYTES: gl.constexpr = A_LOADS * a_desc.block_type.nbytes + b_desc.block_type.nbytes
     k_steps = gl.cdiv(K, a_desc.block_type.shape[1])
     it = 0
+    ids = _tile_ids(gl.program_id(0), rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, 1)
     for tile in range(gl.program_id(0), num_tiles, num_programs):
-        group, off_m, off_n = _tile_start(
-            tile, rows_ptr, M, N, num_groups, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, 1
-        )
+        slot, off_m, off_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        ids_next = _tile_ids(tile + num_programs, rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N,
+                             GROUP_M, 1)  # fmt: skip
+        group = _first_group(ids, slot, off_m, num_groups, LAYOUT)
         while group < num_groups:
             a_row = off_m
             if LAYOUT == MASKED:
@@ -256,7 +278,7 @@ def _producer(
             b_row = group * N + off_n
             for step in range(k_steps):
                 stage = it % STAGES
-                # a stage is free once both math warpgroups released its previous use
+                # a stage is free once every math warpgroup released its previous use
                 mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
                 mbarrier.expect(full.index(stage), STEP_BYTES)
                 k0 = step * a_desc.block_type.shape[1]
@@ -269,16 +291,33 @@ def _producer(
                     )
                 tma.async_copy_global_to_shared(b_desc, [b_row, k0], full.index(stage), b_ring.index(stage))
                 it += 1
-            group = _following_group(group, rows_ptr, off_m, M, num_groups, LAYOUT, BLOCK_M, 1)
+            group = _next_group(ids, group, num_groups, LAYOUT)
+        ids = ids_next
 
 
 @gluon.jit
-def _row_mask(rows, group, rows_ptr, M, LAYOUT: gl.constexpr):
+def _row_ids(
+    tile, rows_ptr, M, N, num_tiles, row_layout: gl.constexpr,
+    LAYOUT: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
+    ROW0: gl.constexpr,
+):  # fmt: skip
+    # CONTIGUOUS: the group ids of a math warpgroup's 64 rows in the accumulator's row layout
+    # (its row mask), loaded a tile ahead; other layouts need none
+    if LAYOUT == CONTIGUOUS:
+        slot, off_m, off_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        rows = off_m + ROW0 + gl.arange(0, SUB_M, layout=row_layout)
+        return gl.load(rows_ptr + rows, mask=(rows < M) & (tile < num_tiles), other=-1)
+    else:
+        return tile * 0
+
+
+@gluon.jit
+def _row_mask(rows, rids, ids, group, M, LAYOUT: gl.constexpr):
     # the rows of a tile that this group's pass computes and writes
     if LAYOUT == CONTIGUOUS:
-        return gl.load(rows_ptr + rows, mask=rows < M, other=-1) == group
+        return rids == group
     elif LAYOUT == MASKED:
-        return rows < _masked_rows(rows_ptr, group, M)
+        return rows < ids
     else:
         return rows < M
 
@@ -292,9 +331,8 @@ def _opaque(x):
 
 @gluon.jit
 def _store_sub_tile(
-    acc, out_ptr, out_scale_ptr, row0, col0, group, rows_ptr, M, N,
-    stride_og, stride_om, stride_on, stride_osm,
-    LAYOUT: gl.constexpr, OUT_FP8: gl.constexpr,
+    acc, row_ok, out_ptr, out_scale_ptr, row0, col0, group, N,
+    stride_og, stride_om, stride_on, stride_osm, OUT_FP8: gl.constexpr,
 ):  # fmt: skip
     # a 64 x SUB_N sub-tile: convert (or quantize with its output scales) and store its rows
     mma_layout: gl.constexpr = acc.type.layout
@@ -308,23 +346,22 @@ def _store_sub_tile(
         cols = col0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(0, mma_layout))
         amax = gl.max(gl.where((cols < N)[None, :], gl.abs(acc), 0.0), axis=1)
         row_scale = gl.maximum(amax, 1e-12) / E4M3_MAX
-        gl.store(
-            out_scale_ptr + rows.to(gl.int64) * stride_osm + col0 // 128,
-            row_scale,
-            mask=_row_mask(rows, group, rows_ptr, M, LAYOUT),
-        )
+        gl.store(out_scale_ptr + rows.to(gl.int64) * stride_osm + col0 // 128, row_scale, mask=row_ok)
         values = gl.minimum(gl.maximum(acc / row_scale[:, None], -E4M3_MAX), E4M3_MAX).to(dtype)
     else:
         values = acc.to(dtype)
-    # coalesced stores: 16-byte vectors along rows (the conversion goes through shared memory)
+    # coalesced stores: 16-byte vectors along rows (the conversion goes through shared memory;
+    # stored from the accumulator's layout, each thread's 64-bit addresses would need more
+    # registers than the second half's sums leave)
     VEC: gl.constexpr = 128 // dtype.primitive_bitwidth
     LANES_N: gl.constexpr = SUB_N // VEC if SUB_N // VEC < 32 else 32
     store_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // LANES_N, LANES_N], [4, 1], [1, 0])
     values = gl.convert_layout(values, store_layout)
+    row_ok = gl.convert_layout(row_ok, gl.SliceLayout(1, store_layout))
     rows = row0 + gl.arange(0, SUB_M, layout=gl.SliceLayout(1, store_layout))
     cols = col0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(0, store_layout))
-    mask = _row_mask(rows, group, rows_ptr, M, LAYOUT)[:, None] & (cols < N)[None, :]
     ptrs = out_ptr + group.to(gl.int64) * stride_og + rows.to(gl.int64)[:, None] * stride_om
+    mask = row_ok[:, None] & (cols < N)[None, :]
     gl.store(ptrs + cols.to(gl.int64)[None, :] * stride_on, values, mask=mask)
 
 
@@ -344,8 +381,8 @@ def _share_col(block_m, sub_n, warpgroup):
 def _math(
     rings, pointers, sizes, strides,
     SCALE_BM: gl.constexpr, LAYOUT: gl.constexpr, OUT_FP8: gl.constexpr, BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr, SUB_N: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-    WARPGROUP: gl.constexpr,
+    BLOCK_N: gl.constexpr, SUB_N: gl.constexpr, HALVES: gl.constexpr, GROUP_M: gl.constexpr,
+    STAGES: gl.constexpr, WARPGROUP: gl.constexpr,
 ):  # fmt: skip
     a_ring, b_ring, full, empty = rings
     out_ptr, a_scale_ptr, b_scale_ptr, rows_ptr, out_scale_ptr = pointers
@@ -355,52 +392,84 @@ def _math(
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, SUB_N, 32]
     )
+    row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
     BK: gl.constexpr = a_ring.type.shape[2]
     A_BOX: gl.constexpr = a_ring.type.shape[1]
     A_LOADS: gl.constexpr = BLOCK_M // A_BOX
-    # this warpgroup's share of the tile: 64 rows (BLOCK_M = 128, 192) or half the columns (64)
+    # this warpgroup's share of the tile: 64 rows (BLOCK_M = 128, 192) or half the columns (64),
+    # HALVES wgmmas of SUB_N columns each (a 256-column share is two 128-column halves that take
+    # turns in one wgmma accumulator: 64 registers for the product, 128 for the two sums)
     ROW0: gl.constexpr = _share_row(BLOCK_M, WARPGROUP)
     COL0: gl.constexpr = _share_col(BLOCK_M, SUB_N, WARPGROUP)
     k_steps = gl.cdiv(K, BK)
     it = 0
+    ids = _tile_ids(gl.program_id(0), rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, 4)
+    rids = _row_ids(gl.program_id(0), rows_ptr, M, N, num_tiles, row_layout, LAYOUT, BLOCK_M, BLOCK_N,
+                    GROUP_M, ROW0)  # fmt: skip
     for tile in range(gl.program_id(0), num_tiles, num_programs):
-        group, off_m, off_n = _tile_start(
-            tile, rows_ptr, M, N, num_groups, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, 4
-        )
+        slot, off_m, off_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        following = tile + num_programs
+        ids_next = _tile_ids(following, rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, 4)
+        rids_next = _row_ids(following, rows_ptr, M, N, num_tiles, row_layout, LAYOUT, BLOCK_M, BLOCK_N,
+                             GROUP_M, ROW0)  # fmt: skip
+        group = _first_group(ids, slot, off_m, num_groups, LAYOUT)
+        rows = off_m + ROW0 + gl.arange(0, SUB_M, layout=row_layout)
         while group < num_groups:
-            rows = off_m + ROW0 + gl.arange(0, SUB_M, layout=gl.SliceLayout(1, mma_layout))
-            row_ok = _row_mask(rows, group, rows_ptr, M, LAYOUT)
-            sa_ptrs = a_scale_ptr + group * stride_sag + (rows // SCALE_BM) * stride_sam
+            row_ok = _row_mask(rows, rids, ids, group, M, LAYOUT)
+            # scale offsets in int32 (one register a row, not a 64-bit pointer)
+            sa_offs = group * stride_sag + (rows // SCALE_BM) * stride_sam
             col0 = off_n + COL0
             sb_ptr = b_scale_ptr + group * stride_sbg + (col0 // 128) * stride_sbn
-            sb_ok = col0 < N  # a share past the last column is computed on zeros, never stored
-            sa = gl.load(sa_ptrs, mask=row_ok, other=0.0)
-            sb = gl.load(sb_ptr, mask=sb_ok, other=0.0)
-            acc = gl.zeros([SUB_M, SUB_N], gl.float32, layout=mma_layout)
+            # a share (or half) past the last column is computed on zeros, never stored
+            sb0_ok = col0 < N
+            sb1_ok = col0 + SUB_N < N
+            sa = gl.load(a_scale_ptr + sa_offs, mask=row_ok, other=0.0)
+            sb0 = gl.load(sb_ptr, mask=sb0_ok, other=0.0)
+            acc0 = gl.zeros([SUB_M, SUB_N], gl.float32, layout=mma_layout)
+            acc1 = gl.zeros([SUB_M, SUB_N], gl.float32, layout=mma_layout)
             # the wgmma accumulator of one K step: its registers are reused step after step
             part = gl.zeros([SUB_M, SUB_N], gl.float32, layout=mma_layout)
             for step in range(k_steps):
                 stage = it % STAGES
-                # the next step's scales load while this step's wgmma runs
+                # the next step's scales load while this step's wgmma runs (a 256-column share
+                # has no registers left for the B scales: they load at their step, from L1 mostly)
                 more = step + 1 < k_steps
-                sa_next = gl.load(sa_ptrs + (step + 1) * stride_sak, mask=row_ok & more, other=0.0)
-                sb_next = gl.load(sb_ptr + (step + 1) * stride_sbk, mask=sb_ok & more, other=0.0)
+                sa_next = gl.load(
+                    a_scale_ptr + sa_offs + (step + 1) * stride_sak, mask=row_ok & more, other=0.0
+                )
+                if HALVES == 2:
+                    sb0 = gl.load(sb_ptr + step * stride_sbk, mask=sb0_ok, other=0.0)
+                else:
+                    sb0_next = gl.load(sb_ptr + (step + 1) * stride_sbk, mask=sb0_ok & more, other=0.0)
                 mbarrier.wait(full.index(stage), (it // STAGES) & 1)
                 a_tile = a_ring.index(stage * A_LOADS + ROW0 // A_BOX).slice(ROW0 % A_BOX, SUB_M, dim=0)
-                b_tile = b_ring.index(stage).slice(COL0, SUB_N, dim=0)
-                part = warpgroup_mma(a_tile, b_tile.permute((1, 0)), part, use_acc=False, is_async=True)
+                b_half = b_ring.index(stage).slice(COL0, SUB_N, dim=0)
+                part = warpgroup_mma(a_tile, b_half.permute((1, 0)), part, use_acc=False, is_async=True)
                 part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
-                mbarrier.arrive(empty.index(stage), count=1)
-                # promotion: the 128-deep block product, scaled, into the fp32 accumulator
-                acc += part * (sa * sb)[:, None]
+                if HALVES == 2:
+                    sb1 = gl.load(sb_ptr + stride_sbn + step * stride_sbk, mask=sb1_ok, other=0.0)
+                    # each half's promotion runs while the other warpgroup's wgmma does
+                    acc0 += part * (sa * sb0)[:, None]
+                    b_half = b_ring.index(stage).slice(COL0 + SUB_N, SUB_N, dim=0)
+                    part = warpgroup_mma(a_tile, b_half.permute((1, 0)), part, use_acc=False, is_async=True)
+                    part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
+                    mbarrier.arrive(empty.index(stage), count=1)
+                    acc1 += part * (sa * sb1)[:, None]
+                else:
+                    mbarrier.arrive(empty.index(stage), count=1)
+                    # promotion: the 128-deep block product, scaled, into the fp32 accumulator
+                    acc0 += part * (sa * sb0)[:, None]
+                    sb0 = sb0_next
                 sa = sa_next
-                sb = sb_next
                 it += 1
-            _store_sub_tile(
-                acc, out_ptr, out_scale_ptr, off_m + ROW0, col0, group, rows_ptr, M, N,
-                stride_og, stride_om, stride_on, stride_osm, LAYOUT, OUT_FP8,
-            )  # fmt: skip
-            group = _following_group(group, rows_ptr, off_m, M, num_groups, LAYOUT, BLOCK_M, 4)
+            _store_sub_tile(acc0, row_ok, out_ptr, out_scale_ptr, off_m + ROW0, col0, group, N,
+                            stride_og, stride_om, stride_on, stride_osm, OUT_FP8)  # fmt: skip
+            if HALVES == 2:
+                _store_sub_tile(acc1, row_ok, out_ptr, out_scale_ptr, off_m + ROW0, col0 + SUB_N, group, N,
+                                stride_og, stride_om, stride_on, stride_osm, OUT_FP8)  # fmt: skip
+            group = _next_group(ids, group, num_groups, LAYOUT)
+        ids = ids_next
+        rids = rids_next
 
 
 @gluon.jit
@@ -418,9 +487,9 @@ def fp8_blockwise_ws_kernel(
     stride_osm,
     # scale granularity of a (rows), layout and epilogue
     SCALE_BM: gl.constexpr, LAYOUT: gl.constexpr, OUT_FP8: gl.constexpr,
-    # tile: BLOCK_M x BLOCK_N, a math warpgroup's share 64 x SUB_N
-    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, SUB_N: gl.constexpr, GROUP_M: gl.constexpr,
-    STAGES: gl.constexpr,
+    # tile: BLOCK_M x BLOCK_N, a math warpgroup's share 64 x (HALVES * SUB_N)
+    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, SUB_N: gl.constexpr, HALVES: gl.constexpr,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr,
 ):  # fmt: skip
     BK: gl.constexpr = a_desc.block_type.shape[1]
     A_BOX: gl.constexpr = a_desc.block_type.shape[0]
@@ -445,11 +514,11 @@ def fp8_blockwise_ws_kernel(
         gl.warp_specialize(
             [
                 (_math, (rings, pointers, sizes, strides, SCALE_BM, LAYOUT, OUT_FP8, BLOCK_M, BLOCK_N, SUB_N,
-                         GROUP_M, STAGES, 0)),
+                         HALVES, GROUP_M, STAGES, 0)),
                 (_math, (rings, pointers, sizes, strides, SCALE_BM, LAYOUT, OUT_FP8, BLOCK_M, BLOCK_N, SUB_N,
-                         GROUP_M, STAGES, 1)),
+                         HALVES, GROUP_M, STAGES, 1)),
                 (_math, (rings, pointers, sizes, strides, SCALE_BM, LAYOUT, OUT_FP8, BLOCK_M, BLOCK_N, SUB_N,
-                         GROUP_M, STAGES, 2)),
+                         HALVES, GROUP_M, STAGES, 2)),
                 (_producer, (a_desc, b_desc, rings, rows_ptr, sizes, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, STAGES)),
             ],
             [4, 4, 1],
@@ -459,9 +528,9 @@ def fp8_blockwise_ws_kernel(
         gl.warp_specialize(
             [
                 (_math, (rings, pointers, sizes, strides, SCALE_BM, LAYOUT, OUT_FP8, BLOCK_M, BLOCK_N, SUB_N,
-                         GROUP_M, STAGES, 0)),
+                         HALVES, GROUP_M, STAGES, 0)),
                 (_math, (rings, pointers, sizes, strides, SCALE_BM, LAYOUT, OUT_FP8, BLOCK_M, BLOCK_N, SUB_N,
-                         GROUP_M, STAGES, 1)),
+                         HALVES, GROUP_M, STAGES, 1)),
                 (_producer, (a_desc, b_desc, rings, rows_ptr, sizes, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, STAGES)),
             ],
             [4, 1],
@@ -530,7 +599,8 @@ def _launch(
         *_strides3(out), *_strides3(a_scale), *_strides3(b_scale),
         output_scale.stride(0) if out_fp8 else 0,
         SCALE_BM=scale_bm, LAYOUT=layout, OUT_FP8=out_fp8, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-        SUB_N=config.sub_n, GROUP_M=config.group_m, STAGES=config.stages, **config.launch_options,
+        SUB_N=config.sub_n, HALVES=config.halves, GROUP_M=config.group_m, STAGES=config.stages,
+        **config.launch_options,
     )  # fmt: skip
 
 
