@@ -67,7 +67,8 @@ ROUTES = {
     },
     "group_gemm_fp8_nt_groupwise": {
         "reference": "one float32 matmul per group, rows selected by the m_indptr segments",
-        "cuda": _GLUON_GROUPED + " (e4m3 only; segments become per-row group ids on the device)"
+        "cuda": _GLUON_GROUPED
+        + " (e4m3 only; segments become per-row group ids on the device)"
         + _FP8_BELOW_SM89,
         "mate": "mate.gemm.ragged_m_moe_gemm_8bit (MUBIN, gemm_mode='per_expert') into a scratch; rows "
         "outside the segments kept",

@@ -167,9 +167,7 @@ def pick_config(layout: int, rows: int, n: int, tiles_m: int, num_sms: int, out_
     if rows <= SUB_M.value:
         width = min(SMALL_M, key=lambda w: (ceil_div(tiles_m * ceil_div(n, w), num_sms) * w, -w))
         return SMALL_M[width]
-    candidates = {CONTIGUOUS.value: (WIDE, MEDIUM, NARROW), MASKED.value: (MEDIUM, NARROW)}.get(
-        layout, (LARGE, MEDIUM, NARROW)
-    )
+    candidates = (WIDE, MEDIUM, NARROW) if layout != DENSE.value else (WIDE, LARGE, MEDIUM, NARROW)
     for config in candidates:
         if ceil_div(tiles_m * 128, config.block_m) * ceil_div(n, config.block_n) >= num_sms:
             return config
@@ -265,11 +263,11 @@ def _producer(
     STEP_BYTES: gl.constexpr = A_LOADS * a_desc.block_type.nbytes + b_desc.block_type.nbytes
     k_steps = gl.cdiv(K, a_desc.block_type.shape[1])
     it = 0
-    ids = _tile_ids(gl.program_id(0), rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, 1)
     for tile in range(gl.program_id(0), num_tiles, num_programs):
         slot, off_m, off_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        ids_next = _tile_ids(tile + num_programs, rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N,
-                             GROUP_M, 1)  # fmt: skip
+        # loaded at the tile (not a tile ahead, as the math warpgroups do): the producer runs a
+        # ring ahead of them, and its 24 registers have no room for a second set of ids
+        ids = _tile_ids(tile, rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, 1)
         group = _first_group(ids, slot, off_m, num_groups, LAYOUT)
         while group < num_groups:
             a_row = off_m
@@ -292,7 +290,6 @@ def _producer(
                 tma.async_copy_global_to_shared(b_desc, [b_row, k0], full.index(stage), b_ring.index(stage))
                 it += 1
             group = _next_group(ids, group, num_groups, LAYOUT)
-        ids = ids_next
 
 
 @gluon.jit
@@ -332,7 +329,7 @@ def _opaque(x):
 @gluon.jit
 def _store_sub_tile(
     acc, row_ok, out_ptr, out_scale_ptr, row0, col0, group, N,
-    stride_og, stride_om, stride_on, stride_osm, OUT_FP8: gl.constexpr,
+    stride_og, stride_om, stride_on, stride_osm, OUT_FP8: gl.constexpr, OUT_ALIGNED: gl.constexpr,
 ):  # fmt: skip
     # a 64 x SUB_N sub-tile: convert (or quantize with its output scales) and store its rows
     mma_layout: gl.constexpr = acc.type.layout
@@ -361,8 +358,18 @@ def _store_sub_tile(
     rows = row0 + gl.arange(0, SUB_M, layout=gl.SliceLayout(1, store_layout))
     cols = col0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(0, store_layout))
     ptrs = out_ptr + group.to(gl.int64) * stride_og + rows.to(gl.int64)[:, None] * stride_om
-    mask = row_ok[:, None] & (cols < N)[None, :]
-    gl.store(ptrs + cols.to(gl.int64)[None, :] * stride_on, values, mask=mask)
+    ptrs = ptrs + cols.to(gl.int64)[None, :] * stride_on
+    if OUT_ALIGNED:
+        # rows of 16-byte aligned runs of columns (the launcher checked the base and strides),
+        # said here because a worker partition does not see the launch's specializations; a
+        # sub-tile inside n is stored with row masks only, whole 16-byte vectors a thread
+        ptrs = gl.max_contiguous(gl.multiple_of(ptrs, [1, 16]), [1, VEC])
+        if col0 + SUB_N <= N:
+            gl.store(ptrs, values, mask=row_ok[:, None])
+        else:
+            gl.store(ptrs, values, mask=row_ok[:, None] & (cols < N)[None, :])
+    else:
+        gl.store(ptrs, values, mask=row_ok[:, None] & (cols < N)[None, :])
 
 
 @gluon.constexpr_function
@@ -380,9 +387,9 @@ def _share_col(block_m, sub_n, warpgroup):
 @gluon.jit
 def _math(
     rings, pointers, sizes, strides,
-    SCALE_BM: gl.constexpr, LAYOUT: gl.constexpr, OUT_FP8: gl.constexpr, BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr, SUB_N: gl.constexpr, HALVES: gl.constexpr, GROUP_M: gl.constexpr,
-    STAGES: gl.constexpr, WARPGROUP: gl.constexpr,
+    SCALE_BM: gl.constexpr, LAYOUT: gl.constexpr, OUT_FP8: gl.constexpr, OUT_ALIGNED: gl.constexpr,
+    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, SUB_N: gl.constexpr, HALVES: gl.constexpr,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr, WARPGROUP: gl.constexpr,
 ):  # fmt: skip
     a_ring, b_ring, full, empty = rings
     out_ptr, a_scale_ptr, b_scale_ptr, rows_ptr, out_scale_ptr = pointers
@@ -463,10 +470,10 @@ def _math(
                 sa = sa_next
                 it += 1
             _store_sub_tile(acc0, row_ok, out_ptr, out_scale_ptr, off_m + ROW0, col0, group, N,
-                            stride_og, stride_om, stride_on, stride_osm, OUT_FP8)  # fmt: skip
+                            stride_og, stride_om, stride_on, stride_osm, OUT_FP8, OUT_ALIGNED)  # fmt: skip
             if HALVES == 2:
                 _store_sub_tile(acc1, row_ok, out_ptr, out_scale_ptr, off_m + ROW0, col0 + SUB_N, group, N,
-                                stride_og, stride_om, stride_on, stride_osm, OUT_FP8)  # fmt: skip
+                                stride_og, stride_om, stride_on, stride_osm, OUT_FP8, OUT_ALIGNED)  # fmt: skip
             group = _next_group(ids, group, num_groups, LAYOUT)
         ids = ids_next
         rids = rids_next
@@ -485,8 +492,9 @@ def fp8_blockwise_ws_kernel(
     # strides, in elements ("g" is the group dimension; 0 where there is none)
     stride_og, stride_om, stride_on, stride_sag, stride_sam, stride_sak, stride_sbg, stride_sbn, stride_sbk,
     stride_osm,
-    # scale granularity of a (rows), layout and epilogue
-    SCALE_BM: gl.constexpr, LAYOUT: gl.constexpr, OUT_FP8: gl.constexpr,
+    # scale granularity of a (rows), layout and epilogue (OUT_ALIGNED: out's base and every stride
+    # but a unit last one are multiples of 16 bytes, so rows are stored in 16-byte vectors)
+    SCALE_BM: gl.constexpr, LAYOUT: gl.constexpr, OUT_FP8: gl.constexpr, OUT_ALIGNED: gl.constexpr,
     # tile: BLOCK_M x BLOCK_N, a math warpgroup's share 64 x (HALVES * SUB_N)
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, SUB_N: gl.constexpr, HALVES: gl.constexpr,
     GROUP_M: gl.constexpr, STAGES: gl.constexpr,
@@ -513,11 +521,11 @@ def fp8_blockwise_ws_kernel(
     if MATH_WARPGROUPS == 3:
         gl.warp_specialize(
             [
-                (_math, (rings, pointers, sizes, strides, SCALE_BM, LAYOUT, OUT_FP8, BLOCK_M, BLOCK_N, SUB_N,
+                (_math, (rings, pointers, sizes, strides, SCALE_BM, LAYOUT, OUT_FP8, OUT_ALIGNED, BLOCK_M, BLOCK_N, SUB_N,
                          HALVES, GROUP_M, STAGES, 0)),
-                (_math, (rings, pointers, sizes, strides, SCALE_BM, LAYOUT, OUT_FP8, BLOCK_M, BLOCK_N, SUB_N,
+                (_math, (rings, pointers, sizes, strides, SCALE_BM, LAYOUT, OUT_FP8, OUT_ALIGNED, BLOCK_M, BLOCK_N, SUB_N,
                          HALVES, GROUP_M, STAGES, 1)),
-                (_math, (rings, pointers, sizes, strides, SCALE_BM, LAYOUT, OUT_FP8, BLOCK_M, BLOCK_N, SUB_N,
+                (_math, (rings, pointers, sizes, strides, SCALE_BM, LAYOUT, OUT_FP8, OUT_ALIGNED, BLOCK_M, BLOCK_N, SUB_N,
                          HALVES, GROUP_M, STAGES, 2)),
                 (_producer, (a_desc, b_desc, rings, rows_ptr, sizes, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, STAGES)),
             ],
@@ -527,9 +535,9 @@ def fp8_blockwise_ws_kernel(
     else:
         gl.warp_specialize(
             [
-                (_math, (rings, pointers, sizes, strides, SCALE_BM, LAYOUT, OUT_FP8, BLOCK_M, BLOCK_N, SUB_N,
+                (_math, (rings, pointers, sizes, strides, SCALE_BM, LAYOUT, OUT_FP8, OUT_ALIGNED, BLOCK_M, BLOCK_N, SUB_N,
                          HALVES, GROUP_M, STAGES, 0)),
-                (_math, (rings, pointers, sizes, strides, SCALE_BM, LAYOUT, OUT_FP8, BLOCK_M, BLOCK_N, SUB_N,
+                (_math, (rings, pointers, sizes, strides, SCALE_BM, LAYOUT, OUT_FP8, OUT_ALIGNED, BLOCK_M, BLOCK_N, SUB_N,
                          HALVES, GROUP_M, STAGES, 1)),
                 (_producer, (a_desc, b_desc, rings, rows_ptr, sizes, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, STAGES)),
             ],
@@ -569,6 +577,14 @@ def _tma_rows(t, rows: int, box_rows: int) -> TensorDescriptor:
     )
 
 
+def _aligned_rows(out) -> bool:
+    """Whether ``out``'s rows are runs of 16-byte aligned vectors (unit last stride, base and other
+    strides multiples of 16 bytes): the epilogue then stores 16 bytes a thread, else element-wise."""
+    vec = 16 // out.element_size()
+    strides = out.stride()
+    return strides[-1] == 1 and out.data_ptr() % 16 == 0 and all(s % vec == 0 for s in strides[:-1])
+
+
 def _strides3(x) -> tuple:
     # (group, row, column) strides; a 2-D tensor is shared by all groups
     strides = x.stride()
@@ -598,7 +614,8 @@ def _launch(
         m, n, k, groups, num_tiles, num_programs,
         *_strides3(out), *_strides3(a_scale), *_strides3(b_scale),
         output_scale.stride(0) if out_fp8 else 0,
-        SCALE_BM=scale_bm, LAYOUT=layout, OUT_FP8=out_fp8, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+        SCALE_BM=scale_bm, LAYOUT=layout, OUT_FP8=out_fp8, OUT_ALIGNED=_aligned_rows(out),
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n,
         SUB_N=config.sub_n, HALVES=config.halves, GROUP_M=config.group_m, STAGES=config.stages,
         **config.launch_options,
     )  # fmt: skip
