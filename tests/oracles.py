@@ -286,14 +286,19 @@ def contiguous_dequant_oracle(a, b, a_scale, b_scale, m_indices):
 ULP = {BF16: 2**-8, FP16: 2**-11, FP32: 2**-20}
 
 
-def assert_within_rms(out, oracle, dtype, norm_tol=1e-4):
-    """The kernel suites' rule (tests/gpu at real sizes): elementwise within one ``dtype`` ulp
-    (``2 * ULP``), plus ``norm_tol`` x the oracle's rms for the accumulation on tensor cores."""
+def rms_bound_ratio(out, oracle, dtype, norm_tol=1e-4) -> float:
+    """max over elements of error / bound under :func:`assert_within_rms`'s rule (<= 1 passes)."""
     oracle = oracle.double()
     rms = oracle.pow(2).mean().sqrt().item() if oracle.numel() else 0.0
     err = (out.double() - oracle).abs()
     bound = 2 * ULP[dtype] * oracle.abs() + norm_tol * rms + 1e-30
-    worst = (err / bound).max().item() if err.numel() else 0.0
+    return (err / bound).max().item() if err.numel() else 0.0
+
+
+def assert_within_rms(out, oracle, dtype, norm_tol=1e-4):
+    """The kernel suites' rule (tests/gpu at real sizes): elementwise within one ``dtype`` ulp
+    (``2 * ULP``), plus ``norm_tol`` x the oracle's rms for the accumulation on tensor cores."""
+    worst = rms_bound_ratio(out, oracle, dtype, norm_tol)
     assert worst <= 1.0, f"max error / bound = {worst:.3g}"
 
 
