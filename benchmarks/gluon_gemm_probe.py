@@ -31,7 +31,9 @@ tier is timed as it is. Timing as ``bench_gemm.py``: CUDA-graph replay
 60 MB L2. Prints a compact table (microseconds, TFLOP/s, Gluon's speedup over each anchor) and
 writes ``gluon_probe.json`` to ``--out``.
 
-Run: ``PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-gemm/src python3 benchmarks/gluon_gemm_probe.py --out $OUT``
+Run: ``PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-gemm/src python3 benchmarks/gluon_gemm_probe.py --out $OUT``;
+``python3 benchmarks/gluon_gemm_probe.py --tables gluon_probe.json`` prints a probe's tables in
+Markdown (those of ``benchmarks/RESULTS.md``).
 (with DeepGEMM: ``bash benchmarks/deepgemm_anchor.sh setup && PYTHONPATH=...:benchmarks/.anchor/deepgemm
 python3 benchmarks/gluon_gemm_probe.py --deepgemm --out $OUT``)
 """
@@ -459,7 +461,72 @@ def mla_section(report):
             report.save()
 
 
+def tables(path: Path) -> str:
+    """Markdown tables of a probe's grouped and dense rows (microseconds, TFLOP/s in brackets, and
+    the Gluon tile ``pick_config`` picks against DeepGEMM, cuBLASLt and the tl kernels)."""
+    report = json.loads(path.read_text())
+    rows = [r for r in report["rows"] if "ms" in r]
+    by_shape: dict = {}
+    for r in rows:
+        by_shape.setdefault((r["section"], r["shape"]), {})[r["impl"]] = r
+
+    def cell(r):
+        return f"{r['ms'] * 1e3:.1f} ({r['tflops']:.0f})" if r else "-"
+
+    def ratio(theirs, ours):
+        return f"{theirs['ms'] / ours['ms']:.2f}x" if theirs and ours else "-"
+
+    out = [
+        f"Probe of {report['meta']['date']} (`{report['meta']['command']}`), {report['meta']['device']}.",
+        "",
+    ]
+    out += [
+        "| grouped shape | floor | Gluon contiguous | DeepGEMM contiguous | vs DeepGEMM | Gluon masked "
+        "| DeepGEMM masked | vs DeepGEMM | tl contiguous / masked | dense cuBLASLt, equal FLOPs |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (section, shape), impls in by_shape.items():
+        if section != "grouped":
+            continue
+        ours, ours_masked = impls.get("gluon contiguous"), impls.get("gluon masked")
+        deep, deep_masked = impls.get("DeepGEMM contiguous"), impls.get("DeepGEMM masked")
+        tl = (
+            f"{cell(impls.get('tl contiguous'))} / {cell(impls.get('tl masked'))}"
+            if "tl contiguous" in impls
+            else "-"
+        )
+        out.append(
+            f"| {shape} | {ours['floor_ms'] * 1e3:.1f} | {cell(ours)} | {cell(deep)} | {ratio(deep, ours)} "
+            f"| {cell(ours_masked)} | {cell(deep_masked)} | {ratio(deep_masked, ours_masked)} | {tl} "
+            f"| {cell(impls.get('dense cuBLASLt, equal FLOPs'))} |"
+        )
+    if not any(section == "dense" for section, _ in by_shape):
+        return "\n".join(out)
+    out += [
+        "",
+        "| dense shape | floor | Gluon (picked tile) | fastest Gluon tile | cuBLASLt blockwise | DeepGEMM "
+        "| picked vs cuBLASLt | picked vs DeepGEMM |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for (section, shape), impls in by_shape.items():
+        if section != "dense":
+            continue
+        picked = impls.get("gluon")
+        tiles = [r for name, r in impls.items() if name.startswith("gluon")]
+        best = min(tiles, key=lambda r: r["ms"])
+        cublas, deep = impls.get("cuBLASLt blockwise"), impls.get("DeepGEMM")
+        out.append(
+            f"| {shape} | {picked['floor_ms'] * 1e3:.1f} | {cell(picked)} {picked['config']} | {cell(best)} "
+            f"{best['config']} | {cell(cublas)} | {cell(deep)} | {ratio(cublas, picked)} | {ratio(deep, picked)} |"
+        )
+    return "\n".join(out)
+
+
 def main():
+    if sys.argv[1:2] == ["--tables"]:
+        for path in sys.argv[2:]:
+            print(tables(Path(path)), end="\n\n")
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "probe_out"))
     parser.add_argument("--sections", default="check,dense,grouped,mla", help="comma-separated subset")

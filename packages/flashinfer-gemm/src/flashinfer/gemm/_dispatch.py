@@ -67,9 +67,9 @@ ROUTES = {
     },
     "group_gemm_fp8_nt_groupwise": {
         "reference": "one float32 matmul per group, rows selected by the m_indptr segments",
-        "cuda": _GLUON_GROUPED
-        + " (e4m3 only; segments become per-row group ids on the device)"
-        + _FP8_BELOW_SM89,
+        "cuda": "on Hopper (sm_90) with Triton 3.6, the warp-specialized Gluon kernel for e4m3 operands TMA "
+        "takes; elsewhere the persistent Triton blockwise FP8 kernel (segments become per-row group ids "
+        "on the device)" + _FP8_BELOW_SM89,
         "mate": "mate.gemm.ragged_m_moe_gemm_8bit (MUBIN, gemm_mode='per_expert') into a scratch; rows "
         "outside the segments kept",
     },
