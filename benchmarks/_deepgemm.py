@@ -252,3 +252,13 @@ def rel_error(ours, theirs, out, valid=None) -> float:
         reference, got = reference[valid], got[valid]
     reference = reference.double()
     return ((got.double() - reference).norm() / reference.norm()).item()
+
+
+def attach(sets, make, ours, valid=None) -> float:
+    """Prepare DeepGEMM's call on every input set (``d["deepgemm"] = make(d)``: its layout laid out
+    once, outside any timing) and return the relative error of its output against ``ours(d)`` on
+    the first set (``valid(d)``: the rows both define). Pop ``"deepgemm"`` from the sets after."""
+    for d in sets:
+        d["deepgemm"] = make(d)
+    first = sets[0]
+    return rel_error(lambda: ours(first), first["deepgemm"], first["out"], valid(first) if valid else None)

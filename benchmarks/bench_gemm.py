@@ -171,12 +171,7 @@ class DeepGEMMRows:
         if self.failures >= self.MAX_FAILURES:
             return None
         try:
-            for d in sets:
-                d["deepgemm"] = make(d)
-            first = sets[0]
-            err = _deepgemm.rel_error(
-                lambda: ours(first), first["deepgemm"], first["out"], valid(first) if valid else None
-            )
+            err = _deepgemm.attach(sets, make, ours, valid)
             ms = bench(lambda d: d["deepgemm"](), sets)
         except Exception:  # reported; our rows of this shape are still timed
             self.failures += 1
@@ -458,6 +453,24 @@ GROUPED_NK = [(4096, 7168), (7168, 2048)]
 GROUPED_SIZES = [(4, 1024), (8, 512), (8, 1024), (16, 256), (32, 256), (4, 8192), (32, 512)]
 
 
+def grouped_inputs(groups, rows, n, k) -> dict:
+    """One input set of the grouped GEMMs: ``groups`` groups of ``rows`` rows (K-major A scales),
+    their ``m_indices``, ``m_indptr`` and ``masked_m``, and cuBLASLt's scales of the dense GEMM of
+    equal FLOPs (``sa``, ``sb``: all rows against group 0's weight)."""
+    total = groups * rows
+    b = fp8(groups, n, k)
+    b_scale = torch.rand(groups, n // 128, k // 128, device="cuda") + 0.5
+    a = fp8(total, k)
+    a_scale = torch.rand(total, k // 128, device="cuda") + 0.5
+    sa, sb = cublas_block_scales(a_scale, b_scale[0])
+    out = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
+    m_indices = torch.arange(groups, device="cuda", dtype=torch.int32).repeat_interleave(rows)
+    m_indptr = torch.arange(groups + 1, device="cuda", dtype=torch.int32) * rows
+    masked_m = torch.full((groups,), rows, device="cuda", dtype=torch.int32)
+    return dict(a=a, b=b, a_scale=a_scale, b_scale=b_scale, sa=sa, sb=sb, out=out, m_indices=m_indices,
+                m_indptr=m_indptr, masked_m=masked_m)  # fmt: skip
+
+
 def grouped_section(table, fg, impls, deepgemm=None):
     if deepgemm is not None:
         deepgemm.precompile(
@@ -468,18 +481,8 @@ def grouped_section(table, fg, impls, deepgemm=None):
         for groups, rows in GROUPED_SIZES:
             total = groups * rows
 
-            def make(groups=groups, rows=rows, total=total, n=n, k=k):
-                b = fp8(groups, n, k)
-                b_scale = torch.rand(groups, n // 128, k // 128, device="cuda") + 0.5
-                a = fp8(total, k)
-                a_scale = torch.rand(total, k // 128, device="cuda") + 0.5
-                sa, sb = cublas_block_scales(a_scale, b_scale[0])
-                out = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
-                m_indices = torch.arange(groups, device="cuda", dtype=torch.int32).repeat_interleave(rows)
-                m_indptr = torch.arange(groups + 1, device="cuda", dtype=torch.int32) * rows
-                masked_m = torch.full((groups,), rows, device="cuda", dtype=torch.int32)
-                return dict(a=a, b=b, a_scale=a_scale, b_scale=b_scale, sa=sa, sb=sb, out=out, m_indices=m_indices,
-                            m_indptr=m_indptr, masked_m=masked_m)  # fmt: skip
+            def make(groups=groups, rows=rows, n=n, k=k):
+                return grouped_inputs(groups, rows, n, k)
 
             flops = 2 * total * n * k
             moved = total * k + groups * n * k + 2 * total * n

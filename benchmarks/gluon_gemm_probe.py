@@ -54,7 +54,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _deepgemm  # noqa: E402
-from bench_gemm import HBM_BYTES_PER_S, PEAK_FLOPS, bench, ceil_div, cublas_block_scales, fp8, rotating  # noqa: E402
+from bench_gemm import (  # noqa: E402
+    HBM_BYTES_PER_S,
+    PEAK_FLOPS,
+    bench,
+    ceil_div,
+    cublas_block_scales,
+    fp8,
+    grouped_inputs,
+    rotating,
+)
 
 from flashinfer.gemm._args import Bmm, GroupedContiguous, GroupedMasked  # noqa: E402
 
@@ -264,12 +273,7 @@ def deepgemm_time(report, section, shape, impl, make, sets, flops, moved, ours, 
     ``sets`` as ours are, after one check of its output against ``ours(d)`` on the first set
     (``valid(d)``: the rows both define). Returns (ms, relative error), Nones where it failed."""
     try:
-        for d in sets:
-            d["deepgemm"] = make(d)
-        first = sets[0]
-        err = _deepgemm.rel_error(
-            lambda: ours(first), first["deepgemm"], first["out"], valid(first) if valid else None
-        )
+        err = _deepgemm.attach(sets, make, ours, valid)
         ms = time_row(report, section, shape, impl, "deepgemm", lambda d: d["deepgemm"](), sets, flops, moved)
     except Exception as error:  # reported; the other rows of the shape are still timed
         print(f"{section:8s} {shape:32s} {impl:28s} FAILED: {error!r}", flush=True)
@@ -348,17 +352,8 @@ def grouped_section(report, deepgemm=False, skip_tl=False):
     for groups, rows, n, k in GROUPED:
         total = groups * rows
 
-        def make(groups=groups, rows=rows, total=total, n=n, k=k):
-            b = fp8(groups, n, k)
-            b_scale = torch.rand(groups, n // 128, k // 128, device="cuda") + 0.5
-            a = fp8(total, k)
-            a_scale = torch.rand(total, k // 128, device="cuda") + 0.5
-            sa, sb = cublas_block_scales(a_scale, b_scale[0])
-            out = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
-            m_indices = torch.arange(groups, device="cuda", dtype=torch.int32).repeat_interleave(rows)
-            masked_m = torch.full((groups,), rows, device="cuda", dtype=torch.int32)
-            return dict(a=a, b=b, a_scale=a_scale, b_scale=b_scale, sa=sa, sb=sb, out=out,
-                        m_indices=m_indices, masked_m=masked_m)  # fmt: skip
+        def make(groups=groups, rows=rows, n=n, k=k):
+            return grouped_inputs(groups, rows, n, k)
 
         sets = rotating(make, total * k + groups * n * k)
         flops, moved = 2 * total * n * k, total * k + groups * n * k + 2 * total * n
