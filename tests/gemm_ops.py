@@ -566,6 +566,8 @@ def bmm_fp8_bad_inputs():
         (bmm_fp8_args, "A", fp8(2, 4, 32, dtype=E5M2, scale=1.0), ValueError, "e5m2", {"backend": "cutlass"}),
         (bmm_fp8_args, "out", torch.empty(2, 5, 3, dtype=BF16), (ValueError, RuntimeError), "out"),
         (bmm_fp8_args, "backend", "cudnn2", ValueError, "backend"),
+        (bmm_fp8_args, "A_scale", None, TypeError, "`A_scale`, got None"),
+        (bmm_fp8_args, "B_scale", None, TypeError, "`B_scale`, got None"),
     ])  # fmt: skip
 
 
@@ -584,6 +586,8 @@ def groupwise_bad_inputs():
          "a_scale": torch.ones(2, 4), "b_scale": torch.ones(2, 1)}),
         (groupwise_args, "backend", "mubin", BackendSupportedError, "output_scale"),
         (groupwise_args, "backend", "nvidia", ValueError, "backend"),
+        (groupwise_args, "a_scale", None, TypeError, "`a_scale`, got None"),
+        (groupwise_args, "b_scale", None, TypeError, "`b_scale`, got None"),
     ])  # fmt: skip
 
 
@@ -596,6 +600,8 @@ def grouped_bad_inputs():
         (grouped_args, "out", torch.empty(4, 3, dtype=torch.float16), ValueError, "out|d must"),
         (grouped_args, "b_scale", torch.ones(2, 2, 1), (ValueError, AssertionError), "b_scale"),
         (grouped_args, "a", fp8(128, 4, scale=1.0).t(), ValueError, "a|major"),
+        (grouped_args, "a_scale", None, TypeError, "`a_scale`, got None"),
+        (grouped_args, "b_scale", None, TypeError, "`b_scale`, got None"),
     ])  # fmt: skip
 
 
@@ -606,6 +612,8 @@ def masked_bad_inputs():
         (masked_args, "masked_m", torch.tensor([1, 2], dtype=torch.int64), ValueError, "masked_m"),
         (masked_args, "b", fp8(2, 128, 3, scale=1.0).transpose(-2, -1), ValueError, "b|major"),
         (masked_args, "out", torch.empty(2, 4, 3, dtype=BF16, device=META), ValueError, "out"),
+        (masked_args, "a_scale", None, TypeError, "`a_scale`, got None"),
+        (masked_args, "masked_m", None, TypeError, "`masked_m`, got None"),
     ])  # fmt: skip
 
 

@@ -113,3 +113,34 @@ def test_module_status_says_which_implementation_serves_each_op_here(capsys):
     assert "cpu ->" not in out
     code, _, err = run(capsys, "module-status", "--filter", "gpu")
     assert code == 2 and "invalid choice: 'gpu'" in err
+
+
+def test_list_modules_describes_a_helper_with_its_op(capsys):
+    code, out, _ = run(capsys, "list-modules", "get_batch_decode_metadata_mla")
+    assert code == 0
+    assert out.startswith("get_batch_decode_metadata_mla (flashinfer.decode): the decode's reusable metadata")
+    assert "part of trtllm_batch_decode_with_kv_cache_mla:\ntrtllm_batch_decode_with_kv_cache_mla (" in out
+
+
+def test_show_config_names_every_log_level(capsys):
+    from flashinfer.api_logging import LEVELS
+
+    _, out, _ = run(capsys, "show-config")
+    line = next(line for line in out.splitlines() if "FLASHINFER_LOGLEVEL" in line)
+    for level in LEVELS:
+        assert str(level) in line.split("logging:")[1], line
+
+
+def test_output_cut_short_by_its_reader_ends_quietly(tmp_path):
+    """``flashinfer show-config | head -1``: no BrokenPipeError traceback, exit code 0."""
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "flashinfer", "list-modules"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    reader.stdout.read(1)  # one byte, then the pipe is closed under the writer
+    reader.stdout.close()
+    stderr = reader.stderr.read().decode()
+    assert reader.wait(timeout=60) == 0, stderr
+    assert "BrokenPipeError" not in stderr and "Traceback" not in stderr, stderr

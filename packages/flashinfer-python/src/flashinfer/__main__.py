@@ -56,7 +56,17 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Run the command; returns the process exit code."""
+    """Run the command; returns the process exit code. Output cut short by its reader
+    (``flashinfer show-config | head``) ends the command quietly, as other command-line tools do."""
+    try:
+        return _run(argv, prog)
+    except BrokenPipeError:
+        # the reader is gone: point stdout at /dev/null so the interpreter's final flush is silent
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _run(argv: list[str] | None, prog: str | None) -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     if args.command is None:

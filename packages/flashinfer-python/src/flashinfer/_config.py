@@ -29,7 +29,7 @@ OP_PACKAGES = {"flashinfer.gemm": "flashinfer.gemm._dispatch", "flashinfer.mla":
 DEVICE_COLUMNS = (("reference", "CPU and other devices"), ("cuda", "CUDA"), ("mate", "MUSA"))
 # the environment variables this package reads, and what they do
 ENVIRONMENT = (
-    (api_logging.LOG_LEVEL_ENV, "API-call logging: 0 (off), 1, 3, 5 (FlashInfer's levels)"),
+    (api_logging.LOG_LEVEL_ENV, "API-call logging: 0 (off), 1, 3, 5, 10 (FlashInfer's levels; 10 logs as 5)"),
     (api_logging.LOG_DEST_ENV, "where API calls are logged: stdout, stderr or a file (%i: process id)"),
     (dispatch.FORCE_REFERENCE_ENV, "1: every device runs the PyTorch reference"),
     (kernel_tier.KERNEL_TIER_ENV, "CUDA kernel tier: auto, gluon (Hopper) or tl (portable Triton)"),
@@ -170,8 +170,22 @@ def list_ops() -> str:
     return "\n".join(lines)
 
 
+# public functions that are part of an op rather than ops of their own: name -> (module, op, what)
+HELPERS = {
+    "get_batch_decode_metadata_mla": (
+        "flashinfer.decode",
+        "trtllm_batch_decode_with_kv_cache_mla",
+        "the decode's reusable metadata (its schedule), made by the implementation that serves the "
+        "decode on the query's device",
+    ),
+}
+
+
 def describe_op(name: str) -> str | None:
     """``list-modules OP``: what each implementation runs for ``name`` (None: no such op)."""
+    if name in HELPERS:
+        module, op, what = HELPERS[name]
+        return f"{name} ({module}): {what}; part of {op}:\n" + describe_op(op)
     rows = [(package, op, by_kind) for package, op, by_kind, functions in _ops() if name in functions]
     if not rows:
         return None

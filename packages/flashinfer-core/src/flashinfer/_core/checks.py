@@ -34,10 +34,11 @@ def fail(exc: type[Exception], arg: str, expected: str, got) -> NoReturn:
     raise exc(f"expected {expected} for `{arg}`, got {got_text}")
 
 
-def require_tensors(exc: type[Exception] = TypeError, **named) -> None:
-    """Raise ``exc`` naming the first of ``named`` that is neither a tensor nor None."""
+def require_tensors(exc: type[Exception] = TypeError, *, optional: tuple = (), **named) -> None:
+    """Raise ``exc`` naming the first of ``named`` that is not a tensor (None passes for the
+    names in ``optional``)."""
     for arg, x in named.items():
-        if x is not None and not isinstance(x, torch.Tensor):
+        if not isinstance(x, torch.Tensor) and not (x is None and arg in optional):
             fail(exc, arg, "a torch.Tensor", describe(x))
 
 

@@ -125,7 +125,7 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
             if backend in BMM_BF16.rules:
                 BMM_BF16.enforce(backend, out_dtype)
     except AttributeError:
-        require_tensors(A=A, B=B, out=out)
+        require_tensors(A=A, B=B, out=out, optional=("out",))
         raise
     batch, m, k = a_shape
     if out is None:
@@ -248,7 +248,7 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
             if backend in BMM_FP8.rules:
                 BMM_FP8.enforce(backend, A.dtype, B.dtype)
     except AttributeError:
-        require_tensors(A=A, B=B, A_scale=A_scale, B_scale=B_scale, out=out)
+        require_tensors(A=A, B=B, A_scale=A_scale, B_scale=B_scale, out=out, optional=("out",))
         raise
     batch, m, k = a_shape
     if out is None:

@@ -173,7 +173,9 @@ def group_gemm_fp8_nt_groupwise(
         m, k = a_shape
         groups, n = b_shape[0], b_shape[1]
     except AttributeError:
-        require_tensors(a=a, b=b, a_scale=a_scale, b_scale=b_scale, m_indptr=m_indptr, out=out)
+        require_tensors(
+            a=a, b=b, a_scale=a_scale, b_scale=b_scale, m_indptr=m_indptr, out=out, optional=("out",)
+        )
         raise
     if out is None:
         out = torch.empty((m, n), dtype=dtype, device=device)

@@ -182,7 +182,9 @@ def group_deepgemm_fp8_nt_groupwise(
             _check_scale_shape(a_scale, "a_scale", (m, kb))
             _check_scale_shape(b_scale, "b_scale", (groups, ceil_div(n, _BLOCK), kb))
     except AttributeError:
-        require_tensors(a=a, b=b, a_scale=a_scale, b_scale=b_scale, m_indices=m_indices, out=out)
+        require_tensors(
+            a=a, b=b, a_scale=a_scale, b_scale=b_scale, m_indices=m_indices, out=out, optional=("out",)
+        )
         raise
     m, k = a_shape
     if out is None:
@@ -308,7 +310,9 @@ def batch_deepgemm_fp8_nt_groupwise(
             _check_scale_shape(a_scale, "a_scale", (groups, m, kb))
             _check_scale_shape(b_scale, "b_scale", (groups, ceil_div(n, _BLOCK), kb))
     except AttributeError:
-        require_tensors(a=a, b=b, a_scale=a_scale, b_scale=b_scale, masked_m=masked_m, out=out)
+        require_tensors(
+            a=a, b=b, a_scale=a_scale, b_scale=b_scale, masked_m=masked_m, out=out, optional=("out",)
+        )
         raise
     if out is None:
         out = torch.empty((a_shape[0], a_shape[1], b_shape[1]), dtype=dtype, device=a.device)

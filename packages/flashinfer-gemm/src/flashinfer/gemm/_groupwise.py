@@ -245,7 +245,10 @@ def gemm_fp8_nt_groupwise(
                 expected = f"shape {(blocks, kb)} (scale_major_mode={scale_major_mode or 'K'!r})"
                 fail(ValueError, arg, expected, f"shape {tuple(scale.shape)}")
     except AttributeError:
-        require_tensors(a=a, b=b, a_scale=a_scale, b_scale=b_scale, out=out, output_scale=output_scale)
+        require_tensors(
+            a=a, b=b, a_scale=a_scale, b_scale=b_scale, out=out, output_scale=output_scale,
+            optional=("out", "output_scale"),
+        )  # fmt: skip
         raise
     if out is None:
         out = torch.empty((m, n), dtype=dtype, device=device)

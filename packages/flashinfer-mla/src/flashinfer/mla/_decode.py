@@ -270,6 +270,8 @@ def trtllm_batch_decode_with_kv_cache_mla(
             ValueError, query=query, kv_cache=kv_cache, workspace_buffer=workspace_buffer, block_tables=block_tables,
             seq_lens=seq_lens, out=out, lse=lse, multi_ctas_kv_counter_buffer=multi_ctas_kv_counter_buffer,
             cum_seq_lens_q=cum_seq_lens_q, sparse_mla_top_k_lens=sparse_mla_top_k_lens,
+            optional=("workspace_buffer", "block_tables", "seq_lens", "out", "lse", "multi_ctas_kv_counter_buffer",
+                      "cum_seq_lens_q", "sparse_mla_top_k_lens"),
         )  # fmt: skip
         raise
 

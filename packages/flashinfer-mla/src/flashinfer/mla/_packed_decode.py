@@ -128,6 +128,7 @@ def packed_decode(
         require_tensors(
             ValueError, kv_cache=kv_cache, workspace_buffer=workspace_buffer, block_tables=block_tables,
             seq_lens=seq_lens, out=out, lse=lse, multi_ctas_kv_counter_buffer=multi_ctas_kv_counter_buffer,
+            optional=("workspace_buffer", "block_tables", "seq_lens", "out", "lse", "multi_ctas_kv_counter_buffer"),
         )  # fmt: skip
         raise
 

@@ -139,7 +139,7 @@ def rope_quantize_fp8(
     except AttributeError:
         require_tensors(
             q_rope=q_rope, k_rope=k_rope, q_nope=q_nope, k_nope=k_nope, cos_sin_cache=cos_sin_cache,
-            pos_ids=pos_ids, **dict(zip(_OUTPUTS, given)),
+            pos_ids=pos_ids, **dict(zip(_OUTPUTS, given)), optional=("q_nope", "k_nope", *_OUTPUTS),
         )  # fmt: skip
         raise
     # Host numbers only: reading a tensor would synchronize (and break graph capture).
