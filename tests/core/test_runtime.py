@@ -50,7 +50,10 @@ def test_check_messages_name_argument_expected_and_received():
     with pytest.raises(ValueError, match=r"expected dtype torch.bfloat16 for `A`, got dtype torch.float16"):
         checks.fail(ValueError, "A", "dtype torch.bfloat16", "dtype torch.float16")
     with pytest.raises(TypeError, match="expected a torch.Tensor for `seq_lens`, got 'x' \\(a str\\)"):
-        checks.require_tensors(A=torch.zeros(1), out=None, seq_lens="x")
+        checks.require_tensors(A=torch.zeros(1), out=None, seq_lens="x", optional=("out",))
+    # None passes only for the optional names
+    with pytest.raises(TypeError, match="expected a torch.Tensor for `A_scale`, got None"):
+        checks.require_tensors(A=torch.zeros(1), out=None, A_scale=None, optional=("out",))
     # a caller's string value is quoted, never mistaken for a description
     assert checks.describe("bfloat16") == "'bfloat16' (a str)"
     assert not checks.last_dim_contiguous(torch.zeros(2, 3).t()) and checks.last_dim_contiguous(
