@@ -180,6 +180,8 @@ def rope_errors() -> list:
         _error("k_mixed_rank", base(k_nope=torch.randn(3, 1, 512, dtype=torch.bfloat16)), RuntimeError, "k_rope and k_nope"),
         _error("last_dim_strided", base(q_nope=q[..., 64::1].transpose(0, 2).contiguous().transpose(0, 2)), RuntimeError, "last dimension is contiguous"),
         _error("cache_row_length", base(cos_sin_cache=cos_sin_cache(64, 128)), RuntimeError, "cos_sin_cache"),
+        _error("rope_nope_swapped", base(q_rope=q[..., 64:], q_nope=q[..., :64], k_rope=q[:, 0, 64:], k_nope=q[:, 0, :64]),
+               RuntimeError, "rope and nope parts swapped.*for `q_rope`"),
         _error("float_pos_ids", base(pos_ids=torch.zeros(3)), RuntimeError, "pos_ids"),
         _error("output_shape", base(k_nope_out=torch.empty(3, 256, dtype=E4M3)), RuntimeError, "k_nope_out"),
         _error("nan_scale", base(quant_scale_q=math.nan), ValueError, "quant_scale_q"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zipfile
 from email.parser import Parser
 
-from conftest import VERSION, check
+from conftest import ROOT, VERSION, check
 
 IMPORT_GEMM = (
     "import torch, flashinfer.gemm as g, flashinfer.utils as u;"
@@ -56,6 +56,15 @@ def test_only_the_metapackage_ships_the_package_init(wheels):
     for dist, wheel in wheels.items():
         has_init = "flashinfer/__init__.py" in _files(wheel)
         assert has_init == (dist == "flashinfer-python"), dist
+
+
+def test_the_metapackage_records_the_commit_it_was_built_from(wheels):
+    """``flashinfer.__git_version__``: the commit of the checkout the wheel was built from, which
+    its sdist carries to the wheel (``packages/flashinfer-python/hatch_build.py``)."""
+    head = check(["git", "-C", str(ROOT), "rev-parse", "HEAD"]).strip()
+    with zipfile.ZipFile(wheels["flashinfer-python"]) as z:
+        info = z.read("flashinfer/_build_info.py").decode()
+    assert f"GIT_COMMIT = '{head}" in info, info
 
 
 def test_versions_and_dependencies(wheels):

@@ -11,7 +11,10 @@ import pkgutil
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 __version__ = "0.6.17+musa"
-__git_commit__ = "unknown"
+try:  # written into the wheel by its build (hatch_build.py); absent in a source checkout
+    from ._build_info import GIT_COMMIT as __git_commit__
+except ImportError:
+    __git_commit__ = "unknown"
 __git_version__ = __git_commit__
 
 from . import autotuner, decode, gemm, jit, mla, prefill, rope, utils  # noqa: E402

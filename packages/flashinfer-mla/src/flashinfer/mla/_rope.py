@@ -181,6 +181,13 @@ def _check_tensors(inputs, outputs, cache, pos_ids, quantize_dtype, dtype_arg: s
         fail(RuntimeError, "q_rope", "a 3-D [nnz, num_q_heads, rope_dim] tensor", q_rope)
     nnz, q_heads, rope_dim = q_shape
     nope_dim = q_nope.shape[-1]
+    rotary = cache.shape[-1] if cache.dim() == 2 else rope_dim
+    if rotary != rope_dim and rotary == nope_dim:
+        # the rope and nope parts passed in each other's places: say so, not that the cache is wrong
+        expected = (
+            f"last dimension {rotary} (the rotary dim of `cos_sin_cache`; rope and nope parts swapped?)"
+        )
+        fail(RuntimeError, "q_rope", expected, q_rope)
     k_dim = k_rope.dim()
     if k_dim not in (2, 3) or k_nope.dim() != k_dim:
         fail(
