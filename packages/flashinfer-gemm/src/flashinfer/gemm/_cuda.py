@@ -16,8 +16,8 @@ runs the Triton kernels of ``flashinfer.gemm.kernels``. Devices without FP8 tens
 Kernel tiers (``flashinfer._core.kernel_tier``): the Gluon kernels (``kernels.gluon_fp8_*``) run
 on compute capability 9.0 with the Triton versions they were built for. ``auto`` takes them
 where the H200 benchmark shows them ahead of the alternative (``GLUON_GROUPED_IN_AUTO``): the
-grouped GEMMs (contiguous, masked and row segments), 1.1-1.5x the tl kernels on DeepSeek's MoE
-shapes (``benchmarks/notes_gluon_gemm.md``). The dense block-scaled GEMM stays on cuBLASLt,
+grouped GEMMs (contiguous, masked and row segments), 1.65-1.88x the tl kernels on DeepSeek's MoE
+shapes (``benchmarks/RESULTS.md``). The dense block-scaled GEMM stays on cuBLASLt,
 which is ahead at most m, and ``bmm_fp8`` on its measured routes (``GLUON_IN_AUTO``).
 ``FLASHINFER_KERNEL_TIER=gluon`` forces every call the Gluon kernels take onto them, at every m
 (and raises on a device or Triton they do not run on); ``tl`` keeps the portable kernels.

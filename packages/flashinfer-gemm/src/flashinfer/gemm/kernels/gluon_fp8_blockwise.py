@@ -48,8 +48,9 @@ program runs three partitions (``gl.warp_specialize``):
   and column masks, while the producer already fills the ring with the next tile.
 
 What decides a tile's work (the group ids of its rows, a group's valid rows) is loaded one tile
-ahead by every partition, so its latency hides behind the current tile's K loop; which groups a
-row tile holds is then reduced from registers. Every decision is made on the device by all
+ahead by the math warpgroups, so its latency hides behind the current tile's K loop (the
+producer, a ring ahead of them, loads it at the tile); which groups a row tile holds is then
+reduced from registers. Every decision is made on the device by all
 three partitions from the same data: no host synchronization, and launches can be captured in a
 CUDA graph. Needs Triton 3.6's Gluon API (``flashinfer._core.kernel_tier``).
 """
@@ -115,16 +116,19 @@ class GluonGemmConfig:
         return 128 if self.block_m % 128 == 0 else SUB_M.value
 
     @property
+    def share_n(self) -> int:
+        """Columns of one math warpgroup's share (half the tile's for a 64-row tile)."""
+        return self.block_n // 2 if self.block_m == SUB_M.value else self.block_n
+
+    @property
     def sub_n(self) -> int:
         """Columns of one math warpgroup's wgmma."""
-        share = self.block_n // 2 if self.block_m == SUB_M.value else self.block_n
-        return min(share, 128)
+        return min(self.share_n, 128)
 
     @property
     def halves(self) -> int:
         """wgmmas a math warpgroup's share takes a K step (1, or 2 for a 256-column share)."""
-        share = self.block_n // 2 if self.block_m == SUB_M.value else self.block_n
-        return share // self.sub_n
+        return self.share_n // self.sub_n
 
     @property
     def launch_options(self) -> dict:
@@ -135,10 +139,10 @@ class GluonGemmConfig:
 
 
 # Tiles (block_m, block_n, stages), sized to the 227 KB of shared memory. Large and grouped GEMMs
-# are bound by what L2 delivers to shared memory (about 32 bytes a clock a multiprocessor on the
-# H200; ``benchmarks/notes_gluon_gemm.md``), so the tile that moves the fewest bytes per FLOP
-# wins: 128 x 256 (two 128-column halves a warpgroup, 1.5 bytes a product-step) over 192 x 128
-# (three warpgroups, 1.67) and 128 x 128 (2). 128-row tiles keep grouped tiles aligned to
+# want the tile that moves the fewest bytes from L2 per FLOP: 128 x 256 (two 128-column halves a
+# warpgroup, 1.5 bytes a product-step; 1.11-1.18x the 128 x 128 tile on the H200's grouped MoE
+# shapes, ``benchmarks/notes_gluon_gemm.md``) over 192 x 128 (three warpgroups, 1.67) and
+# 128 x 128 (2). 128-row tiles keep grouped tiles aligned to
 # DeepGEMM's 128-row groups; 128 x 64 fills the multiprocessors for mid-size m; 64-row tiles with
 # narrow columns spread the weight reads of small m (memory-bound) over every multiprocessor.
 WIDE = GluonGemmConfig(128, 256, 4)
@@ -208,9 +212,9 @@ def _tile_ids(
     LAYOUT: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
     NUM_WARPS: gl.constexpr,
 ):  # fmt: skip
-    # What decides a tile's groups, loaded a tile ahead so that its latency hides behind the
-    # current tile's K loop: CONTIGUOUS the group ids of its rows (-1 past M), MASKED the valid
-    # rows of its group clamped to [0, M], DENSE nothing.
+    # What decides a tile's groups (the math warpgroups load it a tile ahead, so that its latency
+    # hides behind the current tile's K loop): CONTIGUOUS the group ids of its rows (-1 past M),
+    # MASKED the valid rows of its group clamped to [0, M], DENSE nothing.
     slot, off_m, off_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     if LAYOUT == CONTIGUOUS:
         layout: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
