@@ -18,9 +18,12 @@ fill the M of a wgmma; fewer heads are padded). Its twelve warps form three part
   beside each stage.
 - **score** (the default warpgroup): ``S = Q K^T`` as asynchronous wgmma (FP8 x FP8 for e4m3;
   the query is staged in shared memory once), bias, online softmax in the exp2 domain, and
-  ``P`` (fp16 for FP8 rows, bf16 for BF16 rows) into a double-buffered shared tile for both
-  warpgroups. The running maximum is raised only when a row's grows by more than 2^8 (so
-  ``P <= 256``); only then is the output rescaled, by a factor handed over with ``P``.
+  ``P`` into a double-buffered shared tile for both warpgroups. The running maximum is raised
+  only when a row's grows by more than 2^8 (so ``P <= 256``); only then is the output rescaled,
+  by a factor handed over with ``P``. With a lazy maximum no ``P`` is exactly 1, so its rounding
+  reaches the output even where one key dominates: FP8 rows take ``P`` in fp16 (11 bits), BF16
+  rows as two bf16 parts ``P = hi + lo`` (16 bits, two ``P V`` products): a single bf16 ``P``
+  failed upstream's BF16 bound (``8e-4 + 2e-2 |ref|``) on elements near 0.
 - **output** (the second warpgroup) and score each own half of the output columns: ``O[:, h] +=
   P V[:, h]`` as a 16-bit wgmma reading ``P`` from shared memory. FP8 rows are converted to
   fp16 first (exact: every e4m3 value is an fp16 value), each warpgroup its own half, and the
@@ -79,7 +82,8 @@ class GluonDecodeConfig:
 
 
 # Shared memory (of 227 KB): FP8 holds the query (36 KB), two 36 KB stages, the two fp16 halves
-# of V (64 KB) and two P tiles (16 KB); BF16 holds a 72 KB query and three 36 KB stages of 32 keys.
+# of V (64 KB) and two P tiles (16 KB); BF16 holds a 72 KB query, three 36 KB stages of 32 keys
+# and two P tiles of two parts (16 KB).
 FP8_CONFIG = GluonDecodeConfig(block_n=64, stages=2)
 BF16_CONFIG = GluonDecodeConfig(block_n=32, stages=3)
 GATHER_WARPS = gl.constexpr(4)
@@ -174,6 +178,14 @@ def _copy_v_half(v_fp8, v16, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
+def _p_times_v(p_ring, buf, v, acc, P_PARTS: gl.constexpr):
+    # acc += P V over the parts of P in buffer `buf`, waited for within the iteration
+    for part in gl.static_range(P_PARTS):
+        acc = warpgroup_mma(p_ring.index(buf * P_PARTS + part), v, acc, is_async=True)
+    return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+
+
+@gluon.jit
 def _score_partition(
     q_lat, q_rope, lat_ring, rope_ring, bias_ring, v16, p_ring, alpha_ring, ready, empty,
     p_ready, p_free, o_scale_smem, done,
@@ -183,6 +195,7 @@ def _score_partition(
     HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr, ABLATE: gl.constexpr,
 ):  # fmt: skip
     FP8: gl.constexpr = q_lat.dtype.primitive_bitwidth == 8
+    P_PARTS: gl.constexpr = 1 if FP8 else 2
     D_HALF: gl.constexpr = D_V // 2
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 256 // q_lat.dtype.primitive_bitwidth]
@@ -232,8 +245,10 @@ def _score_partition(
 
             # hand P (and the rescale factor, when the maximum rose) to the output warpgroup
             mbarrier.wait(p_free.index(buf), ((block // 2) & 1) ^ 1)
-            p_tile = p_ring.index(buf)
-            p_tile.store(p.to(p_ring.dtype))
+            p_hi = p.to(p_ring.dtype)
+            p_ring.index(buf * P_PARTS).store(p_hi)
+            if P_PARTS == 2:  # what bf16 rounded off, as a second bf16 tile
+                p_ring.index(buf * P_PARTS + 1).store((p - p_hi.to(gl.float32)).to(p_ring.dtype))
             alpha_ring.index(buf).store(gl.where(raise_max, alpha, -1.0))
             fence_async_shared()
             mbarrier.arrive(p_ready.index(buf), count=1)
@@ -241,10 +256,9 @@ def _score_partition(
             if raise_max:
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
             if FP8:
-                acc = warpgroup_mma(p_tile, v16, acc, is_async=True)
+                acc = _p_times_v(p_ring, buf, v16, acc, P_PARTS)
             else:
-                acc = warpgroup_mma(p_tile, lat.slice(0, D_HALF, dim=1), acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+                acc = _p_times_v(p_ring, buf, lat.slice(0, D_HALF, dim=1), acc, P_PARTS)
             if not FP8:
                 mbarrier.arrive(empty.index(stage), count=1)  # P V has read the BF16 stage
 
@@ -298,6 +312,7 @@ def _output_partition(
     ABLATE: gl.constexpr,
 ):  # fmt: skip
     FP8: gl.constexpr = lat_ring.dtype.primitive_bitwidth == 8
+    P_PARTS: gl.constexpr = 1 if FP8 else 2
     D_HALF: gl.constexpr = D_V // 2
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D_HALF, 16]
@@ -323,10 +338,9 @@ def _output_partition(
                 acc = acc * alpha[:, None]
             fence_async_shared()
             if FP8:
-                acc = warpgroup_mma(p_ring.index(buf), v16, acc, is_async=True)
+                acc = _p_times_v(p_ring, buf, v16, acc, P_PARTS)
             else:
-                acc = warpgroup_mma(p_ring.index(buf), v_half, acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+                acc = _p_times_v(p_ring, buf, v_half, acc, P_PARTS)
             mbarrier.arrive(p_free.index(buf), count=1)
             if not FP8:
                 mbarrier.arrive(empty.index(stage), count=1)
@@ -417,8 +431,11 @@ def mla_decode_gluon_kernel(
     v16_rows: gl.constexpr = BLOCK_N if FP8 else 8
     v16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([v16_rows, D_V // 2], gl.float16)
     v16 = gl.allocate_shared_memory(gl.float16, [2, v16_rows, D_V // 2], v16_layout)
+    p_parts: gl.constexpr = 1 if FP8 else 2  # P, or its bf16 hi and lo parts (two buffers each)
     p_ring = gl.allocate_shared_memory(
-        p_dtype, [2, BLOCK_H, BLOCK_N], gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], p_dtype)
+        p_dtype,
+        [2 * p_parts, BLOCK_H, BLOCK_N],
+        gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], p_dtype),
     )
     alpha_ring = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], vec_smem)
     o_scale_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], vec_smem)
