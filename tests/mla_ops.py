@@ -196,8 +196,10 @@ def workspace() -> torch.Tensor:
 
 @lazy
 def sparse_sample(name, batch=2, q_len=1, heads=4, topk=64, page_size=32, dtype=E4M3, cache_4d=True,
-                  seq="full", bmm1=0.08, bmm2=1.0, sinks=False, lse="none", out="none") -> Sample:  # fmt: skip
-    """A sparse decode call: physical slots, -1 padding, out-of-range and negative entries."""
+                  seq="full", bmm1=0.08, bmm2=1.0, sinks=False, lse="none", out="none", pad_rows=0) -> Sample:  # fmt: skip
+    """A sparse decode call: physical slots, -1 padding, out-of-range and negative entries.
+    ``pad_rows``: pages that many rows apart beyond ``page_size`` (FlashMLA's padded pages), the
+    padding rows NaN."""
     if seq == "full":  # sglang / vLLM MTP: full KV lengths, may exceed topk
         seq_lens = torch.randint(topk, topk + 40, (batch,), dtype=torch.int32)
         seq_lens[0] = topk  # the per-token limit then drops list entries for earlier tokens
@@ -207,6 +209,7 @@ def sparse_sample(name, batch=2, q_len=1, heads=4, topk=64, page_size=32, dtype=
     pages_per_request = -(-(int(seq_lens.max()) + 1) // page_size)
     num_pages = batch * pages_per_request + 1
     kv = quantized((num_pages, page_size, 576), dtype)
+    cache = padded_pages(kv, pad_rows)
     indices = physical_slots(batch, q_len, topk, seq_lens, page_size, num_pages)
     slots = num_pages * page_size
     # Invalid entries inside the considered prefix: negative, past the pool, int32 max.
@@ -214,7 +217,7 @@ def sparse_sample(name, batch=2, q_len=1, heads=4, topk=64, page_size=32, dtype=
     indices[-1, 0, 2] = slots + 5
     indices[0, 0, 0] = INT32_MAX
     query = quantized((batch, q_len, heads, 576), dtype)
-    kwargs = dict(query=query, kv_cache=kv.unsqueeze(1) if cache_4d else kv, workspace_buffer=workspace(),
+    kwargs = dict(query=query, kv_cache=cache.unsqueeze(1) if cache_4d else cache, workspace_buffer=workspace(),
                   qk_nope_head_dim=128, kv_lora_rank=512, qk_rope_head_dim=64, block_tables=indices,
                   seq_lens=seq_lens, max_seq_len=topk, sparse_mla_top_k=topk, bmm1_scale=bmm1,
                   bmm2_scale=bmm2)  # fmt: skip
@@ -224,6 +227,18 @@ def sparse_sample(name, batch=2, q_len=1, heads=4, topk=64, page_size=32, dtype=
     return _with_outputs(name, kwargs, lse, out, lambda: decode_oracle(
         query, kv.reshape(-1, 576), sparse_candidates(indices, seq_lens, slots),
         _value(bmm1), _value(bmm2), sink_values, 512))  # fmt: skip
+
+
+def padded_pages(pages: torch.Tensor, pad_rows: int) -> torch.Tensor:
+    """``pages [P, page_size, D]`` as a view of a ``[P, page_size + pad_rows, D]`` buffer whose
+    padding rows are NaN (all bits set: NaN in e4m3, bf16 and as packed codes and scales)."""
+    if not pad_rows:
+        return pages
+    num_pages, page_size, width = pages.shape
+    row_bytes = width * pages.element_size()
+    buffer = torch.full((num_pages, page_size + pad_rows, row_bytes), 0xFF, dtype=torch.uint8).view(pages.dtype)
+    buffer[:, :page_size] = pages
+    return buffer[:, :page_size]
 
 
 @lazy
@@ -283,6 +298,8 @@ def decode_samples() -> list:
         sparse_sample("fp8_mtp_q2_full", q_len=2, lse="3d", out="contiguous"),
         sparse_sample("bf16_q2", q_len=2, dtype=torch.bfloat16, lse="2d"),
         sparse_sample("fp8_topk68_page64_3d", topk=68, page_size=64, cache_4d=False, lse="return"),
+        sparse_sample("fp8_pages_padded_by_a_row", page_size=64, pad_rows=1, lse="return", q_len=2),
+        sparse_sample("bf16_pages_padded_3d", dtype=torch.bfloat16, pad_rows=3, cache_4d=False),
         sparse_sample("fp8_heads3_strided_out", heads=3, out="strided", lse="strided"),
         sparse_sample("fp8_sinks_bmm2", heads=16, bmm2=0.75, sinks=True, lse="return"),
         sparse_sample("fp8_tensor_scales", bmm1=torch.tensor([0.08]), bmm2=torch.tensor(1.5), lse="return"),
@@ -349,7 +366,7 @@ def decode_errors() -> list:
         _error("native_without_top_k_lens", base(qk_rope_head_dim=0), ValueError, "sparse_mla_top_k_lens"),
         _error("metadata_wrong_type", base(metadata=object()), TypeError, "DecodeMetadata"),
         _error("int64_seq_lens", base(seq_lens=torch.tensor([64, 64])), ValueError, "seq_lens"),
-        _error("non_viewable_cache", base(kv_cache=quantized((3, 40, 576), E4M3)[:, :32]), ValueError, "flat"),
+        _error("page_stride_not_rows", base(kv_cache=quantized((3 * 32 * 576 + 64,), E4M3).as_strided((3, 32, 576), (32 * 576 + 16, 576, 1))), ValueError, "whole number of rows"),
         _error("separate_kv_tables", dense(uses_shared_paged_kv_idx=False), NotImplementedError, "uses_shared_paged_kv_idx"),
         _error("dense_table_rows", dense(block_tables=torch.zeros(3, 4, dtype=torch.int32)), ValueError, "block_tables"),
     ]  # fmt: skip
@@ -357,9 +374,9 @@ def decode_errors() -> list:
 
 # ------------------------------------------------------------------------- the packed 656-byte cache
 def packed_kwargs(batch=2, q_len=1, heads=4, topk=64, page_size=32, pages=None, cache_4d=True, lengths="tokens",
-                  pow2=True, bmm1=0.08, sinks=False):  # fmt: skip
+                  pow2=True, bmm1=0.08, sinks=False, pad_rows=0):  # fmt: skip
     """A decode call on a packed cache with invalid entries inside the considered prefixes, and
-    the ``(keys, lengths, sinks)`` its oracle needs."""
+    the ``(keys, lengths, sinks)`` its oracle needs. ``pad_rows``: as in :func:`sparse_sample`."""
     pages = pages or batch * q_len * 2 + 1
     slots = pages * page_size
     rows, keys = packed_pool(slots, pow2)
@@ -379,7 +396,7 @@ def packed_kwargs(batch=2, q_len=1, heads=4, topk=64, page_size=32, pages=None, 
     else:
         seq_lens = None
     query = (torch.randn(batch, q_len, heads, 576) * 0.5).bfloat16()
-    cache = rows.view(pages, page_size, PACKED_ROW_BYTES)
+    cache = padded_pages(rows.view(pages, page_size, PACKED_ROW_BYTES), pad_rows)
     kwargs = dict(query=query, kv_cache=cache.unsqueeze(1) if cache_4d else cache,
                   workspace_buffer=torch.empty(1 << 12, dtype=torch.uint8), qk_nope_head_dim=128, kv_lora_rank=512,
                   qk_rope_head_dim=64, block_tables=indices, seq_lens=seq_lens, max_seq_len=topk,
@@ -401,6 +418,7 @@ def packed_samples() -> list:
 
     return [
         sample("packed_q1_token_lengths", lse="return"),
+        sample("packed_flashmla_pages_padded_by_a_row", page_size=64, pad_rows=1, lse="return", q_len=2),
         sample("packed_mtp_q2_2d_lengths_sinks", q_len=2, lengths="2d", sinks=True, heads=16, lse="3d"),
         sample(
             "packed_q2_no_lengths_arbitrary_scales_3d_cache",
@@ -452,7 +470,8 @@ def packed_errors() -> list:
         _error("cache_width", base(kv_cache=torch.zeros(4, 32, 576, dtype=torch.uint8)), ValueError, "last dim 656"),
         _error("cache_4d_heads", base(kv_cache=torch.zeros(4, 2, 32, 656, dtype=torch.uint8)), ValueError, "HND kv_cache shape"),
         _error("cache_2d", base(kv_cache=torch.zeros(128, 656, dtype=torch.uint8)), ValueError, r"Expected kv_cache.ndim == 3 or 4"),
-        _error("cache_padded_pages", base(kv_cache=torch.zeros(5, 33, 656, dtype=torch.uint8)[:, :32]), ValueError, "656-byte rows back to back"),
+        _error("cache_page_stride_not_rows", base(kv_cache=torch.zeros(5 * 32 * 656 + 64, dtype=torch.uint8).as_strided((5, 32, 656), (32 * 656 + 16, 656, 1))), ValueError, "whole number of rows"),
+        _error("cache_rows_apart", base(kv_cache=torch.zeros(4, 32, 672, dtype=torch.uint8)[..., :656]), ValueError, "656-byte rows back to back"),
         _error("cache_misaligned", base(kv_cache=torch.zeros(128 * 656 + 8, dtype=torch.uint8)[8:].view(4, 32, 656)), ValueError, "16-byte boundary"),
         _error("seq_lens_dtype", base(seq_lens=torch.zeros(2, dtype=torch.int64)), ValueError, "seq_lens must have dtype torch.int32"),
         _error("seq_lens_shape", base(seq_lens=torch.zeros(3, dtype=torch.int32)), ValueError, r"must be shaped either \(2,\), \(2,\), or \(2, 1\)"),

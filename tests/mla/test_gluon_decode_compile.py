@@ -39,21 +39,23 @@ from gluon_sm90 import (
 pytestmark = requires_gluon_triton
 
 MAX_SPILL_BYTES = 96  # loop-invariant scalars around the partition boundaries (0 to 88 bytes seen)
-# (dtype, page size, split, sinks + device scales)
+# (dtype, page size, split, sinks + device scales, slots per padded page)
 VARIANTS = [
-    ("e4m3", 0, False, False),
-    ("e4m3", 0, True, True),
-    ("e4m3", 64, False, True),
-    ("e4m3", 64, True, False),
-    ("bf16", 0, False, False),
-    ("bf16", 32, True, True),
+    ("e4m3", 0, False, False, 0),
+    ("e4m3", 0, True, True, 0),
+    ("e4m3", 64, False, True, 0),
+    ("e4m3", 64, True, False, 0),
+    ("bf16", 0, False, False, 0),
+    ("bf16", 32, True, True, 0),
+    ("e4m3", 0, True, False, 64),
 ]
 
 
 def variant_id(variant) -> str:
-    dtype, page, split, extras = variant
+    dtype, page, split, extras, slot_page = variant
     return (
         f"{dtype}-{'paged' if page else 'sparse'}-{'split' if split else 'final'}{'-sinks' if extras else ''}"
+        + ("-padded-pages" if slot_page else "")
     )
 
 
@@ -64,7 +66,7 @@ def variant_id(variant) -> str:
 def _compile(variant):
     from flashinfer.mla.kernels import mla_decode_gluon as kernels
 
-    dtype, page, split, extras = variant
+    dtype, page, split, extras, slot_page = variant
     config = kernels.FP8_CONFIG if dtype == "e4m3" else kernels.BF16_CONFIG
     kernel = kernels.mla_decode_gluon_kernel
     element = "*fp8e4nv" if dtype == "e4m3" else "*bf16"
@@ -76,7 +78,7 @@ def _compile(variant):
     constexprs = {
         "D_V": 512, "D_ROPE": 64, "PAGE_SIZE": page, "BLOCK_N": config.block_n, "STAGES": config.stages,
         "SPLIT": split, "HAS_SINKS": extras, "HAS_LSE": True, "SCALE1_ON_DEVICE": extras,
-        "SCALE2_ON_DEVICE": extras, "ABLATE": 0,
+        "SCALE2_ON_DEVICE": extras, "ABLATE": 0, "SLOT_PAGE": slot_page,
     }  # fmt: skip
     # what the launch specializes on: 16-byte aligned pointers and row strides (the launcher
     # takes the Gluon kernel only for such key rows; 576-wide rows give such strides)

@@ -64,7 +64,8 @@ class Decode(NamedTuple):
         ``(B, q_len, H, D)`` bf16, fp16 or e4m3, contiguous; D = kv_lora_rank + rope dim.
     kv_cache : torch.Tensor
         ``(pages, page_size, D)`` or ``(pages, 1, page_size, D)``, the query's dtype, last dim
-        contiguous: :attr:`pool` (sparse) or :attr:`pages` (dense).
+        contiguous: :attr:`pool` (sparse) or :attr:`pages` (dense). Sparse: the page stride is
+        a whole number of row strides, at least ``page_size`` of them.
     table : torch.Tensor
         Sparse: ``(B, q_len, topk)`` int32 contiguous physical token slots. Token t of request b
         considers positions ``p < n = min(topk, seq_lens[b] - (q_len - 1 - t))``; entries outside
@@ -107,8 +108,31 @@ class Decode(NamedTuple):
 
     @property
     def pool(self) -> torch.Tensor:
-        """The cache as the flat ``(pages * page_size, D)`` token pool (a view)."""
-        return self.kv_cache.view(-1, self.kv_cache.shape[-1])
+        """The cache as one flat ``(rows, D)`` pool of rows one row stride apart (a view).
+
+        A page stride of ``page_size`` rows (no padding) makes it ``(pages * page_size, D)``
+        with slot ``s`` at row ``s``; a padded page stride (FlashMLA pads each page by a row)
+        puts each page's padding rows in the pool too: map slots with :meth:`pool_rows`.
+        """
+        kv = self.kv_cache
+        pages, page_size, dim = kv.shape[0], kv.shape[-2], kv.shape[-1]
+        if page_size == 1 or kv.stride(0) == page_size * kv.stride(-2):
+            return kv.view(pages * page_size, dim)
+        rows = (pages - 1) * self.rows_per_page + page_size if pages else 0
+        return _flat_rows(kv, rows)
+
+    @property
+    def rows_per_page(self) -> int:
+        """Pool rows from one page to the next: ``page_size``, or more for a padded page stride."""
+        kv = self.kv_cache
+        return 1 if kv.shape[-2] == 1 else kv.stride(0) // kv.stride(-2)
+
+    def pool_rows(self, slots: torch.Tensor) -> torch.Tensor:
+        """Rows of :attr:`pool` holding token ``slots`` (``page * page_size + row``; int64, valid)."""
+        page_size, rows_per_page = self.kv_cache.shape[-2], self.rows_per_page
+        if rows_per_page == page_size:
+            return slots
+        return slots // page_size * rows_per_page + slots % page_size
 
     @property
     def pages(self) -> torch.Tensor:
@@ -122,3 +146,10 @@ class Decode(NamedTuple):
         if lse is None or lse.dim() == 3:
             return lse
         return lse.unflatten(0, self.query.shape[:2])
+
+
+def _flat_rows(kv: torch.Tensor, rows: int) -> torch.Tensor:
+    # rows one row stride apart from the first row of the first page (pages' strides are
+    # whole rows: the API layer has checked it)
+    row_stride = kv.stride(0) if kv.shape[-2] == 1 else kv.stride(-2)
+    return kv.as_strided((rows, kv.shape[-1]), (row_stride, 1))

@@ -113,14 +113,8 @@ def check_query_and_cache(
             f"a tensor on {query.device} (the device of `query`)",
             f"a tensor on {kv_cache.device}",
         )
-    # sparse decode reads the cache as one flat [pages * page_size, D] pool (a view, never a copy)
-    pages, page_size = shape[0], shape[-2]
-    if sparse and pages > 1 and page_size > 1 and strides[0] != page_size * strides[-2]:
-        expected = (
-            "a cache whose pages can be viewed as one flat [num_pages * page_size, head_dim] token pool "
-            "(page stride = page_size * row stride)"
-        )
-        fail(ValueError, "kv_cache", expected, kv_cache)
+    if sparse:
+        check_page_stride(kv_cache, "head_dim")
 
 
 def _wrong_head_dim(query_width: int, kv_width: int, kv_lora_rank: int, rope_dim: int):
@@ -134,6 +128,20 @@ def _wrong_head_dim(query_width: int, kv_width: int, kv_lora_rank: int, rope_dim
                 f"Expected head dim {head_dim} (kv_lora_rank={kv_lora_rank} + qk_rope_head_dim={rope_dim}) "
                 f"for `{name}`, got {width}{hint}"
             )
+
+
+def check_page_stride(kv_cache, row: str) -> None:
+    """Sparse decode reads the cache as one flat pool of rows one row stride apart (a view, never
+    a copy), each page's padding rows included: the page stride must be a whole number of row
+    strides, at least ``page_size`` of them (FlashMLA pads each page by a row)."""
+    pages, page_size = kv_cache.shape[0], kv_cache.shape[-2]
+    page_stride, row_stride = kv_cache.stride(0), kv_cache.stride(-2)
+    if pages > 1 and page_size > 1 and (page_stride % row_stride or page_stride < page_size * row_stride):
+        expected = (
+            f"pages a whole number of rows apart (page stride a multiple of the row stride, at least "
+            f"page_size rows), readable as one pool of [{row}] rows"
+        )
+        fail(ValueError, "kv_cache", expected, kv_cache)
 
 
 def check_int32(x, name: str, shape: tuple, device: torch.device, contiguous: bool = True) -> None:

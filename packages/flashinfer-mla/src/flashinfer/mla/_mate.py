@@ -18,6 +18,9 @@ Conversions between FlashInfer's contract and MATE's, done here and nowhere else
 - A tensor ``bmm2_scale`` is applied after the kernel; a strided ``out``/``lse`` goes through a
   contiguous scratch and a copy.
 - Only FlashInfer v0.6.16's keywords plus ``metadata=`` are forwarded (MATE rejects the rest).
+- A padded page stride (FlashMLA pads each page by a row): MATE flattens the cache with a view,
+  so it gets the pool with the padding rows (``Decode.pool``) and the slot ids mapped to its rows
+  (a copy of the indices; ids outside the cache become -1).
 
 The packed 656-byte cache goes to ``mate.flashmla.flash_mla_with_kvcache`` (FlashMLA's sparse
 FP8 decode; see :func:`packed_sparse_decode`).
@@ -144,6 +147,18 @@ def decode_plan(batch, q_len, heads, topk, device):
     return fn(query_shape, full_lengths, padded_topk)
 
 
+def _pool_slots(call) -> torch.Tensor:
+    """``call.table``'s slot ids as rows of ``call.pool`` (the same tensor unless the page stride is
+    padded; then a copy, ids outside the cache -1)."""
+    indices, kv = call.table, call.kv_cache
+    page_size = kv.shape[-2]
+    if call.rows_per_page == page_size:
+        return indices
+    slots = indices.long()
+    inside = (slots >= 0) & (slots < kv.shape[0] * page_size)
+    return torch.where(inside, call.pool_rows(slots), -1).to(torch.int32)
+
+
 def _decode_eligible(query, kv, bmm1_scale, out) -> bool:
     return (
         query.dtype == torch.float8_e4m3fn
@@ -179,6 +194,7 @@ def sparse_decode(call):
     if padded_heads != heads:
         mate_query = query.new_zeros((rows, 1, padded_heads, dim))
         mate_query[:, :, :heads] = query.view(rows, 1, heads, dim)
+    indices = _pool_slots(call)
     mate_indices = indices.view(rows, 1, topk)
     if padded_topk != topk:
         mate_indices = torch.full((rows, 1, padded_topk), -1, dtype=torch.int32, device=query.device)
@@ -273,6 +289,7 @@ def packed_sparse_decode(call):
         if sinks is not None:  # a -inf sink adds nothing
             mate_sinks = torch.full((padded_heads,), -math.inf, device=query.device)
             mate_sinks[:heads] = sinks
+    indices = _pool_slots(call)
     mate_indices = indices.view(rows, 1, topk)
     if padded_topk != topk:
         mate_indices = torch.full((rows, 1, padded_topk), -1, dtype=torch.int32, device=query.device)

@@ -205,14 +205,14 @@ def _check_cache(kv_cache, device) -> None:
     if kv_cache.data_ptr() % 16:
         fail(ValueError, "kv_cache", "a packed cache starting on a 16-byte boundary",
              f"an address {kv_cache.data_ptr() % 16} bytes past one")  # fmt: skip
-    # whole rows back to back: the implementations read the cache as one flat pool of rows
-    pages, page_size = kv_cache.shape[0], kv_cache.shape[-2]
+    # whole rows back to back within a page; pages a whole number of rows apart (FlashMLA's
+    # cache pads each page by a row): the implementations read one flat pool of 656-byte rows
     strides = kv_cache.stride()
-    rows_apart = page_size > 1 and strides[-2] != ROW_BYTES
-    pages_apart = pages > 1 and strides[0] != page_size * ROW_BYTES
-    if strides[-1] != 1 or (pages * page_size > 1 and (rows_apart or pages_apart)):
-        fail(ValueError, "kv_cache", "whole 656-byte rows back to back, viewable as one "
-             "[num_pages * page_size, 656] token pool", kv_cache)  # fmt: skip
+    if strides[-1] != 1 or (kv_cache.shape[-2] > 1 and strides[-2] != ROW_BYTES):
+        fail(ValueError, "kv_cache", "whole 656-byte rows back to back within each page", kv_cache)
+    if kv_cache.shape[-2] == 1 and kv_cache.shape[0] > 1 and strides[0] % ROW_BYTES:
+        fail(ValueError, "kv_cache", "pages a whole number of 656-byte rows apart", kv_cache)
+    _checks.check_page_stride(kv_cache, "656-byte")
 
 
 def _token_lengths(seq_lens, batch, q_len, device):

@@ -84,33 +84,36 @@ def decode_plan(batch, q_len, heads, topk, device):
 
 def sparse_decode(call) -> None:
     """Sparse MLA decode over per-token physical slot lists (:class:`~._args.Decode`)."""
-    kv, indices = call.pool, call.table
+    kv, indices = call.pages, call.table
     limit = _token_limits(call.seq_lens, call.query.shape[1]).clamp(max=indices.shape[-1])
-    _attend(call, kv, _slot_keys(indices, limit, kv.shape[0]), indices.shape[-1])
+    _attend(call, kv, _slot_keys(indices, limit, kv), indices.shape[-1])
 
 
 def packed_sparse_decode(call) -> None:
     """Sparse MLA decode over the packed 656-byte rows (:class:`~._args.Decode`, packed form):
     dequantize each gathered row, then the 576-wide math with upstream's ``sparse``-backend LSE."""
-    query, kv, indices, lengths = call.query, call.pool, call.table, call.seq_lens
+    query, kv, indices, lengths = call.query, call.pages, call.table, call.seq_lens
     rows, topk = query.shape[0] * query.shape[1], indices.shape[-1]
     if lengths is None:
         limit = torch.full((rows,), topk, device=query.device)
     else:
         limit = lengths.long().clamp(max=topk)
-    _attend(call, kv, _slot_keys(indices, limit, kv.shape[0]), topk, unpack=unpack_rows, sink_in_lse=True)
+    _attend(call, kv, _slot_keys(indices, limit, kv), topk, unpack=unpack_rows, sink_in_lse=True)
 
 
-def _slot_keys(indices, limit, num_slots):
-    """``keys`` for :func:`_attend`: row r takes list positions ``< limit[r]`` holding a slot in range."""
+def _slot_keys(indices, limit, kv_pages):
+    """``keys`` for :func:`_attend` over ``kv_pages`` ``[pages, page_size, D]``: row r takes list
+    positions ``< limit[r]`` holding a slot ``page * page_size + row`` in range (the pages are
+    indexed directly, whatever their stride)."""
     topk = indices.shape[-1]
     flat_indices = indices.reshape(-1, topk)
     positions = torch.arange(topk, device=indices.device)
+    num_pages, page_size = kv_pages.shape[:2]
 
     def keys(r0, r1, k0, k1):
         slot = flat_indices[r0:r1, k0:k1].long()
-        valid = (positions[k0:k1] < limit[r0:r1, None]) & (slot >= 0) & (slot < num_slots)
-        return (slot,), valid
+        valid = (positions[k0:k1] < limit[r0:r1, None]) & (slot >= 0) & (slot < num_pages * page_size)
+        return (slot // page_size, slot % page_size), valid
 
     return keys
 

@@ -7,7 +7,8 @@ Layout
   320 = 256 + 64); strides free but the last dim is contiguous.
 - Keys: a flat row-contiguous pool of ``S`` rows of ``D`` elements, same dtype as the query.
   ``V`` of a row is its first ``D_V`` elements. Sparse mode reads rows ``indices[b, t, p]``
-  (int32 ``(B, q_len, topk)``); paged mode reads position ``p`` at row
+  (int32 ``(B, q_len, topk)``; with pages padded apart, ``SLOT_PAGE`` splits a slot into page
+  and row, read through both strides); paged mode reads position ``p`` at row
   ``block_tables[b, p // PAGE_SIZE] * PAGE_SIZE + p % PAGE_SIZE`` through the page and
   in-page strides of ``kv_pages (P, PAGE_SIZE, D)``.
 - ``seq_lens (B,)`` int32. Token ``t`` attends list positions ``p < n`` with
@@ -195,6 +196,7 @@ def mla_decode_kernel(
     PACKED: tl.constexpr,
     LENGTH_MODE: tl.constexpr,
     SINK_IN_LSE: tl.constexpr,
+    SLOT_PAGE: tl.constexpr = 0,
 ):
     # program -> (head block, split, query token): head blocks of one chunk are neighbours, so
     # the second gather of the same rows hits L2
@@ -253,7 +255,10 @@ def mla_decode_kernel(
         else:
             slot = tl.load(list_row + pos, mask=in_range, other=-1)
             valid = in_range & (slot >= 0) & (slot < num_kv_rows)
-            kv_off = slot.to(tl.int64) * stride_kv_row
+            if SLOT_PAGE > 0:  # a padded page stride: slot = page * SLOT_PAGE + row
+                kv_off = (slot // SLOT_PAGE).to(tl.int64) * stride_kv_row + (slot % SLOT_PAGE) * stride_kv_tok
+            else:
+                kv_off = slot.to(tl.int64) * stride_kv_row
         kv_row = kv_ptr + kv_off[:, None]
         if PACKED:
             k_lo = _packed_latent_half(kv_ptr + kv_off, dh, valid, 0, D_V)
@@ -514,23 +519,29 @@ class KeyRows(NamedTuple):
 
     page_size: int  # 0: the table holds token slots of the flat pool
     num_kv_rows: int  # slots (sparse) or pages (dense) that exist
-    stride_kv_row: int  # elements between slots (sparse) or pages (dense)
-    stride_kv_tok: int  # elements between the rows of a page (dense), 0 (sparse)
+    stride_kv_row: int  # elements between slots (sparse, flat) or pages (dense, padded sparse)
+    stride_kv_tok: int  # elements between the rows of a page (dense, padded sparse), else 0
     list_width: int  # positions one table row can address
+    slot_page: int = 0  # sparse over a padded page stride: slots per page (slot -> page, row)
 
 
 def key_rows(call, paged: bool) -> KeyRows:
     """The cache geometry of a validated decode call, read through its strides (no view).
 
-    ``paged``: whether ``call.table`` holds page ids (dense decode) or token slots of the flat
-    ``[pages * page_size, D]`` pool, whose rows are page rows (or pages, for page_size 1).
+    ``paged``: whether ``call.table`` holds page ids (dense decode) or token slots
+    ``page * page_size + row``: rows of the flat ``[pages * page_size, D]`` pool (or pages, for
+    page_size 1), or, for pages padded apart (FlashMLA's), page and row through both strides.
     """
     kv, table = call.kv_cache, call.table
     pages, page_size = kv.shape[0], kv.shape[-2]
     page_stride, row_stride = kv.stride(0), kv.stride(-2)
     if paged:
         return KeyRows(page_size, pages, page_stride, row_stride, table.shape[-1] * page_size)
-    return KeyRows(0, pages * page_size, row_stride if page_size > 1 else page_stride, 0, table.shape[-1])
+    if page_size == 1:
+        return KeyRows(0, pages, page_stride, 0, table.shape[-1])
+    if pages <= 1 or page_stride == page_size * row_stride:
+        return KeyRows(0, pages * page_size, row_stride, 0, table.shape[-1])
+    return KeyRows(0, pages * page_size, page_stride, row_stride, table.shape[-1], page_size)
 
 
 def mla_decode(call, rows: KeyRows, *, packed: bool = False, length_mode: int = 0) -> None:
@@ -551,7 +562,6 @@ def mla_decode(call, rows: KeyRows, *, packed: bool = False, length_mode: int = 
         - t)``, 1 ``seq_lens[b * q_len + t]``, 2 all of them (``seq_lens`` may be None).
     """
     query, table, out, plan = call.query, call.table, call.out, call.plan
-    kv = call.pool if rows.page_size == 0 else call.pages  # the rows the key offsets address
     batch, q_len, heads, dim = query.shape
     d_v = out.shape[-1]
     fp8 = query.element_size() == 1
@@ -562,7 +572,7 @@ def mla_decode(call, rows: KeyRows, *, packed: bool = False, length_mode: int = 
     num_splits = host.num_splits
     _DECODE.launch(
         (batch * q_len * plan.head_blocks * num_splits,),
-        query, kv, table, host.seq_lens, host.sinks, host.scale1, host.scale2,
+        query, call.kv_cache, table, host.seq_lens, host.sinks, host.scale1, host.scale2,
         out, host.lse, call.workspace, host.workspace_pad,
         q_len, heads, rows.list_width, rows.num_kv_rows, num_splits,
         query.stride(0), query.stride(1), query.stride(2), rows.stride_kv_row, rows.stride_kv_tok,
@@ -573,7 +583,7 @@ def mla_decode(call, rows: KeyRows, *, packed: bool = False, length_mode: int = 
         HAS_SINKS=call.sinks is not None, HAS_LSE=call.lse is not None,
         SCALE1_ON_DEVICE=host.scale1_on_device, SCALE2_ON_DEVICE=host.scale2_on_device,
         UPCAST_QK=fp8 and config.upcast_qk, PACKED=packed, LENGTH_MODE=length_mode, SINK_IN_LSE=packed,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        SLOT_PAGE=rows.slot_page, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if num_splits > 1:
         launch_combine(_COMBINE, call, host, sink_in_lse=packed)

@@ -106,7 +106,8 @@ V_CONVERT_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]
 
 
 @gluon.jit
-def _key_rows(list_row, pos, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAGE_SIZE: gl.constexpr):
+def _key_rows(list_row, pos, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAGE_SIZE: gl.constexpr,
+              SLOT_PAGE: gl.constexpr):  # fmt: skip
     # element offsets of the key rows at list positions `pos`, and which of them exist
     in_range = pos < end
     if PAGE_SIZE > 0:
@@ -116,7 +117,10 @@ def _key_rows(list_row, pos, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAG
     else:
         slot = gl.load(list_row + pos, mask=in_range, other=-1)
         valid = in_range & (slot >= 0) & (slot < num_kv_rows)
-        offs = slot.to(gl.int64) * stride_kv_row
+        if SLOT_PAGE > 0:  # a padded page stride: slot = page * SLOT_PAGE + row
+            offs = (slot // SLOT_PAGE).to(gl.int64) * stride_kv_row + (slot % SLOT_PAGE) * stride_kv_tok
+        else:
+            offs = slot.to(gl.int64) * stride_kv_row
     return offs, valid
 
 
@@ -125,7 +129,7 @@ def _gather_partition(
     kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
     lat_ring, rope_ring, bias_ring, ready, empty,
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, ABLATE: gl.constexpr,
+    STAGES: gl.constexpr, ABLATE: gl.constexpr, SLOT_PAGE: gl.constexpr,
 ):  # fmt: skip
     # 16-byte copies of the latent part; the rope part in eighths (8 bytes a lane for FP8), so
     # that a lane's rows are the same in both layouts
@@ -139,12 +143,14 @@ def _gather_partition(
     num_blocks = gl.cdiv(end - start, BLOCK_N)
     # the list entries of the next block are read one block ahead, so their latency overlaps
     # the copies of this one
-    offs, valid = _key_rows(list_row, start + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAGE_SIZE)
+    offs, valid = _key_rows(
+        list_row, start + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAGE_SIZE, SLOT_PAGE
+    )
     for block in range(num_blocks):
         stage = block % STAGES
         next_offs, next_valid = _key_rows(
             list_row, start + (block + 1) * BLOCK_N + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok,
-            PAGE_SIZE,
+            PAGE_SIZE, SLOT_PAGE,
         )  # fmt: skip
         # a stage is free once both attention warpgroups released its previous use
         mbarrier.wait(empty.index(stage), ((block // STAGES) & 1) ^ 1)
@@ -366,6 +372,7 @@ def mla_decode_gluon_kernel(
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SPLIT: gl.constexpr, HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr,
     SCALE1_ON_DEVICE: gl.constexpr, SCALE2_ON_DEVICE: gl.constexpr, ABLATE: gl.constexpr = 0,
+    SLOT_PAGE: gl.constexpr = 0,
 ):  # fmt: skip
     # program -> (head block, split, query token), as in mla_decode_kernel
     pid = gl.program_id(0)
@@ -476,7 +483,7 @@ def mla_decode_gluon_kernel(
                 _gather_partition,
                 (kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
                  lat_ring, rope_ring, bias_ring, ready, empty,
-                 D_V, D_ROPE, PAGE_SIZE, BLOCK_N, STAGES, ABLATE),
+                 D_V, D_ROPE, PAGE_SIZE, BLOCK_N, STAGES, ABLATE, SLOT_PAGE),
             ),
         ],
         [4, GATHER_WARPS],
@@ -506,7 +513,6 @@ def mla_decode(call, rows: KeyRows) -> None:
     bf16 operands, and key rows (the cache's pointer and ``rows``' strides) 16-byte aligned.
     """
     query, key_list, out, plan = call.query, call.table, call.out, call.plan
-    kv = call.pool if rows.page_size == 0 else call.pages  # the rows the key offsets address
     batch, q_len, heads, dim = query.shape
     d_v = out.shape[-1]
     config = FP8_CONFIG if query.element_size() == 1 else BF16_CONFIG
@@ -514,7 +520,7 @@ def mla_decode(call, rows: KeyRows) -> None:
     num_splits = host.num_splits
     _DECODE.launch(
         (batch * q_len * plan.head_blocks * num_splits,),
-        query, kv, key_list, host.seq_lens, host.sinks, host.scale1, host.scale2,
+        query, call.kv_cache, key_list, host.seq_lens, host.sinks, host.scale1, host.scale2,
         out, host.lse, call.workspace, host.workspace_pad,
         q_len, heads, rows.list_width, rows.num_kv_rows, num_splits,
         query.stride(0), query.stride(1), query.stride(2), rows.stride_kv_row, rows.stride_kv_tok,
@@ -523,7 +529,7 @@ def mla_decode(call, rows: KeyRows) -> None:
         D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=rows.page_size, BLOCK_N=config.block_n, STAGES=config.stages,
         SPLIT=num_splits > 1, HAS_SINKS=call.sinks is not None, HAS_LSE=call.lse is not None,
         SCALE1_ON_DEVICE=host.scale1_on_device, SCALE2_ON_DEVICE=host.scale2_on_device, ABLATE=config.ablate,
-        num_warps=4, maxnreg=168,
+        SLOT_PAGE=rows.slot_page, num_warps=4, maxnreg=168,
     )  # fmt: skip
     if num_splits > 1:
         # the 576-wide form's LSE leaves the sinks out
