@@ -236,7 +236,9 @@ def padded_pages(pages: torch.Tensor, pad_rows: int) -> torch.Tensor:
         return pages
     num_pages, page_size, width = pages.shape
     row_bytes = width * pages.element_size()
-    buffer = torch.full((num_pages, page_size + pad_rows, row_bytes), 0xFF, dtype=torch.uint8).view(pages.dtype)
+    buffer = torch.full((num_pages, page_size + pad_rows, row_bytes), 0xFF, dtype=torch.uint8).view(
+        pages.dtype
+    )
     buffer[:, :page_size] = pages
     return buffer[:, :page_size]
 

@@ -44,7 +44,10 @@ def _combine_takes_sink_in_lse(launch: dict) -> dict:
     return {**launch, "kwargs": {**launch["kwargs"], "SINK_IN_LSE": False}}
 
 
-DECODE_LAUNCHERS = ("flashinfer.mla.kernels.mla_decode._DECODE", "flashinfer.mla.kernels.mla_decode_gluon._DECODE")
+DECODE_LAUNCHERS = (
+    "flashinfer.mla.kernels.mla_decode._DECODE",
+    "flashinfer.mla.kernels.mla_decode_gluon._DECODE",
+)
 
 
 def _decode_takes_slot_page(launch: dict) -> dict:
