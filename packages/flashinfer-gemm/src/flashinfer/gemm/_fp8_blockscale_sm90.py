@@ -27,9 +27,9 @@ _OUT = (torch.bfloat16, torch.float16)
 def _check_operands(input_shape, weight_shape) -> tuple:
     """Upstream's shape rules, in its order and with its messages; returns ``(M, N, K)``."""
     if len(input_shape) != 2:
-        raise ValueError(f"Input must be 2D (M, K), got shape {input_shape}")
+        raise ValueError(f"Input must be 2D (M, K), got shape {tuple(input_shape)}")
     if len(weight_shape) != 2:
-        raise ValueError(f"Weight must be 2D (N, K), got shape {weight_shape}")
+        raise ValueError(f"Weight must be 2D (N, K), got shape {tuple(weight_shape)}")
     M, K = input_shape
     N, K_weight = weight_shape
     if K_weight != K:
@@ -96,7 +96,7 @@ def _check_scales(input_dtype, weight_dtype, input_scale, weight_scale, device, 
             raise ValueError(
                 f"weight_scale shape mismatch. Expected either {per_token} "
                 f"(per-token, 1x128 blocks) or {per_block} "
-                f"(per-block, 128x128 blocks), got {shape}"
+                f"(per-block, 128x128 blocks), got {tuple(shape)}"
             )
         if weight_scale.dtype != torch.float32:
             raise ValueError(f"weight_scale must be float32, got {weight_scale.dtype}")
@@ -123,7 +123,7 @@ def _output_dtype(out, out_dtype, M, N, device) -> torch.dtype:
             raise ValueError(f"Output dtype must be torch.bfloat16 or torch.float16, got {dtype}")
         return dtype
     if out.shape != (M, N):
-        raise ValueError(f"Output shape mismatch. Expected ({M}, {N}), got {out.shape}")
+        raise ValueError(f"Output shape mismatch. Expected ({M}, {N}), got {tuple(out.shape)}")
     if out.device != device:
         raise ValueError(f"Output device mismatch. Expected {device}, got {out.device}")
     dtype = out.dtype
