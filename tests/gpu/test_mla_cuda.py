@@ -187,6 +187,18 @@ def test_bounds(seed):
     ref_out, ref_lse = decode_oracle(query, sparse_rows(kv, indices), seq_lens, 256, 512, 0.1, 1.0, None)
     assert_decode_close(out, lse, ref_out, ref_lse, lse_rtol(dtype))
 
+    # pages 33 rows apart (FlashMLA's padded pages), padding NaN, the allocation ending at the
+    # last page's last row: slots 288..299 and the invalid entries above must not be read
+    pages = 9
+    storage = torch.full((pages * 33 - 1, 576), math.nan, device="cuda").to(dtype)
+    kv_padded = storage.as_strided((pages, 32, 576), (33 * 576, 576, 1))
+    kv_padded.copy_(kv[: pages * 32].view(pages, 32, 576))
+    out, lse = poisoned_out(4, 2, 16)
+    cuda.sparse_decode(Decode(query, kv_padded, indices, seq_lens, 0.1, 1.0, None, out, lse, plan, workspace))
+    flat = kv[: pages * 32]
+    ref_out, ref_lse = decode_oracle(query, sparse_rows(flat, indices), seq_lens, 256, 512, 0.1, 1.0, None)
+    assert_decode_close(out, lse, ref_out, ref_lse, lse_rtol(dtype))
+
     kv_pages = kv[:256].view(8, 32, 576)
     tables = torch.tensor(
         [[0, -1, 7, 8, INT32_MAX], [3, 2, -(2**31), 1, 0]], dtype=torch.int32, device="cuda"

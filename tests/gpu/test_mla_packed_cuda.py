@@ -19,6 +19,8 @@ import pytest
 import torch
 from test_mla_cuda import WORKSPACE_BYTES, capture, sparse_call
 
+from flashinfer.mla._args import Decode
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
@@ -162,6 +164,18 @@ def test_packed_bounds(seed):
         sparse_call(query, rows, indices, lengths, 0.1, 1.0, None, out, lse, None, workspace)
     )
     assert_close(out, lse, *oracle(query, keys, indices, lengths, 0.1, None))
+
+    # FlashMLA's pages: 64 rows, one padding row of all-ones bytes (NaN codes and scales), the
+    # allocation ending at the last page's last row
+    pages = 4
+    storage = torch.full((pages * 65 - 1, 656), 0xFF, dtype=torch.uint8, device="cuda")
+    padded = storage.as_strided((pages, 64, 656), (65 * 656, 656, 1))
+    padded.copy_(rows[: pages * 64].view(pages, 64, 656))
+    out, lse = poisoned(4, 2, 16)
+    cuda.packed_sparse_decode(
+        Decode(query, padded, indices, lengths, 0.1, 1.0, None, out, lse, None, workspace)
+    )
+    assert_close(out, lse, *oracle(query, keys[: pages * 64], indices, lengths, 0.1, None))
     torch.cuda.synchronize()
 
 
