@@ -88,6 +88,24 @@ def test_shapes_that_do_not_tile_are_rejected():
         utils.quantize_fp8(torch.randn(4, 4), (1, 1, 1), (4, 4), "K")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_per_token_cast_to_fp8_against_a_float64_walk(seed, dtype):
+    """DeepGEMM's 1 x 128 row quantizer: each block's scale the power of two at or above
+    ``max(amax, 1e-4) / 448``, values ``e4m3(x / scale)``, one block with a zero row part."""
+    x = (torch.randn(5, 384) * torch.tensor([1e-3, 1.0, 300.0]).repeat_interleave(128)).to(dtype)
+    x[2, 128:256] = 0
+    values, scales = utils.per_token_cast_to_fp8(x)
+    assert values.dtype == E4M3 and scales.dtype == torch.float32 and tuple(scales.shape) == (5, 3)
+    for r in range(5):
+        for b in range(3):
+            block = x[r, 128 * b : 128 * (b + 1)].double()
+            scale = 2.0 ** math.ceil(math.log2(max(block.abs().max().item(), 1e-4) / 448))
+            assert scales[r, b].item() == scale
+            assert torch.equal(values[r, 128 * b : 128 * (b + 1)], (block / scale).float().to(E4M3))
+    with pytest.raises(AssertionError):
+        utils.per_token_cast_to_fp8(torch.randn(4, 100))
+
+
 def test_docstring_examples_run():
     results = doctest.testmod(utils, raise_on_error=False)
     assert results.attempted > 0 and results.failed == 0

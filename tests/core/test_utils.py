@@ -9,7 +9,8 @@ import torch
 
 import flashinfer.utils as utils
 from flashinfer.autotuner import autotune, is_tuning
-from flashinfer.jit import MissingJITCacheError
+from flashinfer.jit import MissingJITCacheError, build_jit_specs
+from flashinfer.jit.gemm import gen_fp8_blockscale_gemm_sm90_module
 from flashinfer.tllm_enums import SfLayout
 
 
@@ -18,6 +19,15 @@ def test_exception_classes_are_exceptions():
         assert issubclass(cls, Exception) and not issubclass(cls, ValueError)
     err = MissingJITCacheError("missing", spec="spec")
     assert isinstance(err, RuntimeError) and err.spec == "spec"
+
+
+def test_jit_warm_up_of_upstream_tests_has_nothing_to_build():
+    # tests/gemm/test_fp8_blockscale_gemm.py: an autouse fixture builds its module unless a JIT
+    # cache is installed; here nothing is built ahead of time
+    assert utils.has_flashinfer_jit_cache() is False
+    spec = gen_fp8_blockscale_gemm_sm90_module()
+    assert spec.name == "fp8_blockscale_gemm_sm90"
+    assert build_jit_specs([spec], verbose=False) is None
 
 
 def test_compute_capability_on_cpu_keeps_upstreams_error():

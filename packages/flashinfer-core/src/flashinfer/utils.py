@@ -24,6 +24,7 @@ __all__ = [
     "get_compute_capability",
     "get_device_sm_count",
     "get_trtllm_gen_multi_ctas_kv_counter_bytes",
+    "has_flashinfer_jit_cache",
     "is_sm90a_supported",
     "is_sm100a_supported",
     "is_sm100f_supported",
@@ -126,6 +127,13 @@ def _is_arch(device, majors, minors=None, min_cuda=(12, 8)) -> bool:
     if minors is not None and cc[1] not in minors:
         return False
     return _cuda_version() >= min_cuda
+
+
+def has_flashinfer_jit_cache() -> bool:
+    """False: there is no ``flashinfer-jit-cache`` package of prebuilt kernel modules here (this
+    build compiles nothing with nvcc; Triton kernels compile on first use). Upstream tests then
+    "warm up" with :func:`flashinfer.jit.build_jit_specs`, which has nothing to build."""
+    return False
 
 
 def is_sm90a_supported(device: torch.device) -> bool:

@@ -1,5 +1,8 @@
 """FlashInfer v0.6.17's FP8 tile quantization test helpers, on any PyTorch device.
 
+(:func:`per_token_cast_to_fp8`, DeepGEMM's 1 x 128 row quantizer that upstream's
+``tests/gemm/test_fp8_blockscale_gemm.py`` uses, is at the end.)
+
 Same results as upstream's ``flashinfer.testing.utils.quantize_fp8`` / ``dequantize_fp8``
 (which need einops and numpy), with PyTorch reshapes only. A tensor is cut into tiles of
 ``tile_shape``; each tile gets one power-of-two scale and FP8 E4M3 values:
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["dequantize_fp8", "quantize_fp8"]
+__all__ = ["dequantize_fp8", "per_token_cast_to_fp8", "quantize_fp8"]
 
 _E4M3_MAX = torch.finfo(torch.float8_e4m3fn).max
 
@@ -135,3 +138,39 @@ def dequantize_fp8(x, x_scale, scale_major_mode):
     tiles = [size // count if count else 0 for size, count in zip(x.shape, blocks.shape)]
     _block_counts(x, tuple(x_scale.shape), tiles, scale_major_mode)
     return x.to(torch.float32) * _expand(blocks, x.shape)
+
+
+def per_token_cast_to_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``x [m, n]`` to FP8 E4M3 in 1 x 128 blocks with power-of-two scales (DeepGEMM's).
+
+    Each block's scale is ``2 ** ceil(log2(max(amax, 1e-4) / 448))`` in float32 (a UE8M0
+    value), its values ``e4m3(x / scale)``.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        ``[m, n]``, ``n`` a multiple of 128, any float dtype.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(x_fp8 [m, n] float8_e4m3fn, scale [m, n // 128] float32)``.
+
+    Raises
+    ------
+    AssertionError
+        ``x`` not 2-D or ``n`` not a multiple of 128 (as upstream).
+
+    Examples
+    --------
+    >>> x = torch.randn(2, 256)
+    >>> x_fp8, scale = per_token_cast_to_fp8(x)
+    >>> tuple(scale.shape), bool(torch.all(scale == 2.0 ** torch.log2(scale).round()))
+    ((2, 2), True)
+    """
+    assert x.dim() == 2 and x.size(1) % 128 == 0
+    m, n = x.shape
+    blocks = x.view(m, -1, 128)
+    amax = blocks.abs().float().amax(dim=2).clamp(1e-4)
+    scale = torch.pow(2.0, torch.ceil(torch.log2(amax / _E4M3_MAX)))
+    return (blocks * (1.0 / scale.unsqueeze(2))).to(torch.float8_e4m3fn).view(m, n), scale

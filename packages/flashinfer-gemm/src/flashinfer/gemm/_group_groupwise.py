@@ -216,7 +216,9 @@ def _check_upstream_rules(
     else:
         dtype = out.dtype if out_dtype is None else out_dtype
         if out.shape != (a_shape[0], n):
-            raise ValueError(f"Shape mismatch. out.shape = {tuple(out.shape)}, (a.shape[0], n) = {(a_shape[0], n)}")
+            raise ValueError(
+                f"Shape mismatch. out.shape = {tuple(out.shape)}, (a.shape[0], n) = {(a_shape[0], n)}"
+            )
         if out.dtype != dtype:
             raise ValueError(f"dtype mismatch. out.dtype = {out.dtype}, out_dtype = {dtype}")
     if dtype not in _OUT_16BIT:

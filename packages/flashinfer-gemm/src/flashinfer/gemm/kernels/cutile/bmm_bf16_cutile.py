@@ -51,7 +51,9 @@ def bmm_bf16_cutile(A: torch.Tensor, B: torch.Tensor, out: torch.Tensor, tune_ca
     from flashinfer.gemm import bmm_bf16
 
     if A.dim() != 3 or B.dim() != 3:
-        raise ValueError(f"bmm_bf16_cutile expects 3D inputs; got A.shape={tuple(A.shape)}, B.shape={tuple(B.shape)}")
+        raise ValueError(
+            f"bmm_bf16_cutile expects 3D inputs; got A.shape={tuple(A.shape)}, B.shape={tuple(B.shape)}"
+        )
     batch, m, k = A.shape
     batch_b, k_b, n = B.shape
     if batch != batch_b:
