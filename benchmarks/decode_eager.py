@@ -22,11 +22,8 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import json
 import os
-import pstats
 import sys
 import time
 
@@ -37,6 +34,7 @@ from _requires import OUT, require_cuda_gpu  # noqa: E402
 
 require_cuda_gpu("decode_eager.py")  # before bench_mla imports Triton
 import bench_mla  # noqa: E402
+from launch_overhead import profile  # noqa: E402
 
 
 def host_us(fn, calls=200, rounds=15) -> float:
@@ -91,18 +89,6 @@ def raw_runs(seen):
             dims=dims, stream=stream: run(*dims, stream, function, packed, None, None, None, *call_args, *constexprs)
         )  # fmt: skip
     return lambda: [r() for r in runs]
-
-
-def profile_text(fn, calls=1000, top=25) -> str:
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    prof.disable()
-    text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
-    return text.getvalue()
 
 
 def main():
@@ -163,7 +149,7 @@ def main():
         api = layers[-1][1]
         rows.append({"op": op, "layer": "public API, synchronized", "wall_us": bench_mla.eager_wall_us(api)})
         print(f"{op:32s} public API wall (eager, back to back) {rows[-1]['wall_us']:7.2f} us", flush=True)
-    text = profile_text(decode_api) + profile_text(rope_api)
+    text = profile(decode_api, top=25) + profile(rope_api, top=25)
     print(text)
     with open(os.path.join(args.out, f"decode_eager_{args.tier}.json"), "w") as f:
         json.dump({"meta": facts, "rows": rows, "profile": text}, f, indent=1)
