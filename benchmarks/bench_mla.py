@@ -47,6 +47,7 @@ import time
 
 import torch
 from _requires import OUT, require_cuda_gpu
+from _tables import markdown, packed_markdown, plot
 
 require_cuda_gpu("bench_mla.py")  # before Triton is imported
 import triton  # noqa: E402
@@ -488,102 +489,6 @@ def jit_launch(*launchers):
     finally:
         for launcher, enabled in zip(launchers, saved):
             launcher.enabled = enabled
-
-
-# ----------------------------------------------------------------------------- report
-
-
-def plot(rows, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_dec, ax_rope) = plt.subplots(1, 2, figsize=(13, 5))
-    for kind in DTYPES:
-        for heads in (16, 64, 128):
-            sel = [r for r in rows if r["op"] == "sparse_decode" and r["dtype"] == kind
-                   and r["heads"] == heads and r["q_len"] == 1]  # fmt: skip
-            if sel:
-                ax_dec.plot([r["batch"] for r in sel], [r["floor_ms"] / r["ms"] * 100 for r in sel],
-                            marker="o", label=f"{kind} H={heads}")  # fmt: skip
-    ax_dec.set(xscale="log", xlabel="batch (q_len 1, topk 2048)", ylabel="% of roofline floor",
-               title="Sparse MLA decode: floor / time")  # fmt: skip
-    ax_dec.legend()
-    sel = [r for r in rows if r["op"] == "rope_quantize"]
-    if sel:
-        ax_rope.plot([r["tokens"] for r in sel], [r["copy_fraction"] * 100 for r in sel], marker="o")
-    ax_rope.set(xscale="log", xlabel="tokens (128 heads, 576 wide)", ylabel="% of D2D copy bandwidth",
-                title="RoPE + FP8 quantize")  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def packed_markdown(meta, rows) -> str:
-    """The packed-cache table (``--packed``; with FlashMLA's columns under ``--flashmla``)."""
-    lines = [
-        f"{meta['device']}, torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}; "
-        f"measured D2D copy {meta['copy_bandwidth_gbps']:.0f} GB/s. Top-k {TOPK}, bf16 query, 656-byte rows.",
-        "",
-        "| batch | heads | q_len | splits | time (us) | in a graph (us) | TFLOP/s | floor (us) | "
-        "FlashMLA in a graph (us) | FlashMLA / ours (graph) | max diff / max FlashMLA |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        anchor = " | | "
-        if "flashmla_graph_us" in r:
-            anchor = (
-                f"{r['flashmla_graph_us']:.1f} (H={r['flashmla_heads']}) | "
-                f"{r['flashmla_graph_us'] / r['graph_us']:.2f}x | {r['max_diff_vs_flashmla']:.1e}"
-            )
-        lines.append(
-            f"| {r['batch']} | {r['heads']} | {r['q_len']} | {r['splits']} | {r['ms'] * 1e3:.1f} | "
-            f"{r['graph_us']:.1f} | {r['tflops']:.0f} | {r['floor_ms'] * 1e3:.1f} | {anchor} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def markdown(meta, rows) -> str:
-    """The tables of ``benchmarks/RESULTS.md``'s MLA section."""
-    lines = [
-        f"{meta['device']}, torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}; "
-        f"measured D2D copy {meta['copy_bandwidth_gbps']:.0f} GB/s.",
-        "",
-        "| dtype | batch | heads | q_len | splits | time (us) | in a graph (us) | TFLOP/s | GB/s | floor (us) | "
-        "floor/time | reference (us) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        if r["op"] == "sparse_decode":
-            ref = f"{r['reference_ms'] * 1e3:.0f}" if "reference_ms" in r else ""
-            lines.append(
-                f"| {r['dtype']} | {r['batch']} | {r['heads']} | {r['q_len']} | {r['splits']} | "
-                f"{r['ms'] * 1e3:.1f} | {r['graph_us']:.1f} | {r['tflops']:.0f} | {r['gbps']:.0f} | {r['floor_ms'] * 1e3:.1f} | "
-                f"{r['floor_ms'] / r['ms'] * 100:.0f}% | {ref} |"
-            )
-    eager = [r for r in rows if "eager_us" in r]
-    lines += [
-        "",
-        "| decode, batch 1 | eager (us/call) | same, Triton's JIT launch (us/call) |",
-        "|---|---|---|",
-    ]
-    lines += [
-        f"| {r['dtype']} H={r['heads']} q_len={r['q_len']} | {r['eager_us']:.1f} | {r['eager_jit_us']:.1f} |"
-        for r in eager
-    ]
-    lines += [
-        "",
-        "| tokens | kernel (us) | GB/s | % of copy | in a graph (us/call) | eager public API (us/call) | "
-        "same, Triton's JIT launch (us/call) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        if r["op"] == "rope_quantize":
-            lines.append(
-                f"| {r['tokens']} | {r['ms'] * 1e3:.1f} | {r['gbps']:.0f} | {r['copy_fraction'] * 100:.0f}% | "
-                f"{r['graph_us']:.2f} | {r['eager_api_us']:.1f} | {r.get('eager_api_jit_us', 0):.1f} |"
-            )
-    return "\n".join(lines) + "\n"
 
 
 def main():

@@ -54,6 +54,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _deepgemm  # noqa: E402
+from _tables import probe_tables  # noqa: E402
 from bench_gemm import (  # noqa: E402
     HBM_BYTES_PER_S,
     PEAK_FLOPS,
@@ -457,64 +458,8 @@ def mla_section(report):
 
 
 def tables(path: Path) -> str:
-    """Markdown tables of a probe's grouped and dense rows (microseconds, TFLOP/s in brackets, and
-    the Gluon tile ``pick_config`` picks against DeepGEMM, cuBLASLt and the tl kernels)."""
-    report = json.loads(path.read_text())
-    rows = [r for r in report["rows"] if "ms" in r]
-    by_shape: dict = {}
-    for r in rows:
-        by_shape.setdefault((r["section"], r["shape"]), {})[r["impl"]] = r
-
-    def cell(r):
-        return f"{r['ms'] * 1e3:.1f} ({r['tflops']:.0f})" if r else "-"
-
-    def ratio(theirs, ours):
-        return f"{theirs['ms'] / ours['ms']:.2f}x" if theirs and ours else "-"
-
-    out = [
-        f"Probe of {report['meta']['date']} (`{report['meta']['command']}`), {report['meta']['device']}.",
-        "",
-    ]
-    out += [
-        "| grouped shape | floor | Gluon contiguous | DeepGEMM contiguous | vs DeepGEMM | Gluon masked "
-        "| DeepGEMM masked | vs DeepGEMM | tl contiguous / masked | dense cuBLASLt, equal FLOPs |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for (section, shape), impls in by_shape.items():
-        if section != "grouped":
-            continue
-        ours, ours_masked = impls.get("gluon contiguous"), impls.get("gluon masked")
-        deep, deep_masked = impls.get("DeepGEMM contiguous"), impls.get("DeepGEMM masked")
-        tl = (
-            f"{cell(impls.get('tl contiguous'))} / {cell(impls.get('tl masked'))}"
-            if "tl contiguous" in impls
-            else "-"
-        )
-        out.append(
-            f"| {shape} | {ours['floor_ms'] * 1e3:.1f} | {cell(ours)} | {cell(deep)} | {ratio(deep, ours)} "
-            f"| {cell(ours_masked)} | {cell(deep_masked)} | {ratio(deep_masked, ours_masked)} | {tl} "
-            f"| {cell(impls.get('dense cuBLASLt, equal FLOPs'))} |"
-        )
-    if not any(section == "dense" for section, _ in by_shape):
-        return "\n".join(out)
-    out += [
-        "",
-        "| dense shape | floor | Gluon (picked tile) | fastest Gluon tile | cuBLASLt blockwise | DeepGEMM "
-        "| picked vs cuBLASLt | picked vs DeepGEMM |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for (section, shape), impls in by_shape.items():
-        if section != "dense":
-            continue
-        picked = impls.get("gluon")
-        tiles = [r for name, r in impls.items() if name.startswith("gluon")]
-        best = min(tiles, key=lambda r: r["ms"])
-        cublas, deep = impls.get("cuBLASLt blockwise"), impls.get("DeepGEMM")
-        out.append(
-            f"| {shape} | {picked['floor_ms'] * 1e3:.1f} | {cell(picked)} {picked['config']} | {cell(best)} "
-            f"{best['config']} | {cell(cublas)} | {cell(deep)} | {ratio(cublas, picked)} | {ratio(deep, picked)} |"
-        )
-    return "\n".join(out)
+    """Markdown tables of a probe's grouped and dense rows (``_tables.probe_tables``)."""
+    return probe_tables(json.loads(path.read_text()))
 
 
 def main():

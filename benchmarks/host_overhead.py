@@ -18,8 +18,10 @@ Run: ``python benchmarks/host_overhead.py [--iters N] [--json PATH]``.
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
 import json
+import os
 import platform
 import time
 
@@ -271,8 +273,14 @@ def main():
         f"best of {args.rounds} interleaved rounds of {args.iters} calls, minus a no-op call"
     )
     if args.json:
+        meta = {
+            "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+            "torch": torch.__version__,
+            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+            "threads": 1, "iters": args.iters, "rounds": args.rounds,
+        }  # fmt: skip
         with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "rows": rows}, f, indent=1)
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
