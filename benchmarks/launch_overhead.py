@@ -54,7 +54,7 @@ def main():
     import flashinfer.rope
     from flashinfer._core import triton_launch
     from flashinfer.mla import _cuda
-    from flashinfer.mla.kernels import mla_decode
+    from flashinfer.mla.kernels import mla_decode, mla_decode_gluon
     from flashinfer.mla.kernels import rope_quantize as rope_kernels
 
     bench_mla._cuda = _cuda
@@ -98,8 +98,8 @@ def main():
     )
 
     rows = []
-    launchers = (rope_kernels._ROPE_QUANTIZE, mla_decode._DECODE, mla_decode._COMBINE,
-                 fp8_bmm._TUNED.fast, fp8_blockwise._TUNED.fast)  # fmt: skip
+    launchers = (rope_kernels._ROPE_QUANTIZE, mla_decode._DECODE, mla_decode._COMBINE, mla_decode_gluon._DECODE,
+                 mla_decode_gluon._COMBINE, fp8_bmm._TUNED.fast, fp8_blockwise._TUNED.fast)  # fmt: skip
     for name, fn, tuned in (
         ("rope 1 token, public API", rope_api, None),
         ("rope 1 token, _cuda", rope_impl, None),
