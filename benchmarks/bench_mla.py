@@ -149,8 +149,8 @@ def kernel_and_plan(case, plan):
     c = case
     call = Decode(c["query"], c["kv"].unsqueeze(1), c["indices"], c["seq_lens"], c["bmm1_scale"], c["bmm2_scale"],
                   c["sinks"], c["out"], c["lse"], plan, c["workspace"])  # fmt: skip
-    kernel, call, _ = _cuda._decode_kernel(call, paged=False)
-    return kernel, call.plan
+    kernel, kernel_plan, _ = _cuda._decode_kernel(call, paged=False)
+    return kernel, kernel_plan
 
 
 def bench_decode(copy_bw, rows, reference_shapes, targets_only):

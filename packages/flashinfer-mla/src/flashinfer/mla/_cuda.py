@@ -84,7 +84,7 @@ def decode_plan(batch: int, q_len: int, heads: int, topk: int, device) -> Decode
 
 
 def _decode_kernel(call, paged: bool):
-    """(kernel module, the call with that kernel's plan, its key rows) for a decode call.
+    """(kernel module, that kernel's plan, the key rows) for a decode call.
 
     Gluon on Hopper for the DeepSeek widths when the key rows are 16-byte aligned (its cp.async
     copies), else the portable kernel; ``call.plan`` holds both tiers' plans (``DecodePlans``).
@@ -99,13 +99,13 @@ def _decode_kernel(call, paged: bool):
         and rows.stride_kv_tok % 16 == 0
         and use_gluon(query.device)
     ):
-        return _gluon_kernels(), call._replace(plan=call.plan.gluon), rows
-    return portable, call._replace(plan=call.plan.portable), rows
+        return _gluon_kernels(), call.plan.gluon, rows
+    return portable, call.plan.portable, rows
 
 
 def _launch(call, paged: bool) -> None:
-    kernel, call, rows = _decode_kernel(call, paged)
-    kernel.mla_decode(call, rows)
+    kernel, plan, rows = _decode_kernel(call, paged)
+    kernel.mla_decode(call, rows, plan)
 
 
 def _on_reference(query, op: str) -> bool:
@@ -142,10 +142,7 @@ def packed_sparse_decode(call) -> None:
     portable = _kernels()[1]
     length_mode = 2 if call.seq_lens is None else 1
     portable.mla_decode(
-        call._replace(plan=call.plan.portable),
-        portable.key_rows(call, False),
-        packed=True,
-        length_mode=length_mode,
+        call, portable.key_rows(call, False), call.plan.portable, packed=True, length_mode=length_mode
     )
 
 

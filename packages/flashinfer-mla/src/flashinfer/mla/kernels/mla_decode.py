@@ -460,7 +460,9 @@ _COMBINE = FastLaunch(mla_combine_kernel)
 def _scale_arg(scale):
     # (kernel argument, on-device flag): a one-element tensor is read in the kernel (as a 0-dim
     # view), never on the host
-    if isinstance(scale, float | int):
+    if type(scale) is float:
+        return scale, False
+    if isinstance(scale, int):
         return float(scale), False
     return (scale if scale.dim() == 0 else scale.view(())), True
 
@@ -534,7 +536,8 @@ def key_rows(call, paged: bool) -> KeyRows:
     """
     kv, table = call.kv_cache, call.table
     pages, page_size = kv.shape[0], kv.shape[-2]
-    page_stride, row_stride = kv.stride(0), kv.stride(-2)
+    strides = kv.stride()
+    page_stride, row_stride = strides[0], strides[-2]
     if paged:
         return KeyRows(page_size, pages, page_stride, row_stride, table.shape[-1] * page_size)
     if page_size == 1:
@@ -544,16 +547,18 @@ def key_rows(call, paged: bool) -> KeyRows:
     return KeyRows(0, pages * page_size, page_stride, row_stride, table.shape[-1], page_size)
 
 
-def mla_decode(call, rows: KeyRows, *, packed: bool = False, length_mode: int = 0) -> None:
+def mla_decode(call, rows: KeyRows, plan=None, *, packed: bool = False, length_mode: int = 0) -> None:
     """Launch the decode kernel (and the combine when split) on a validated call.
 
     Parameters
     ----------
     call : flashinfer.mla._args.Decode
-        Its ``plan`` is a :class:`DecodePlan` from :func:`plan_decode`; ``query`` bf16 or e4m3;
-        ``table`` the slot indices (sparse) or the block table (paged), rows contiguous.
+        ``query`` bf16 or e4m3; ``table`` the slot indices (sparse) or the block table (paged),
+        rows contiguous.
     rows : KeyRows
         :func:`key_rows` of the call.
+    plan : DecodePlan, optional
+        From :func:`plan_decode`; None takes ``call.plan``.
     packed : bool
         ``call.kv_cache`` holds the 656-byte packed rows (bf16 query, ``bmm2_scale`` 1.0); the
         LSE then includes the sinks and is ``-inf`` for an empty row.
@@ -561,7 +566,8 @@ def mla_decode(call, rows: KeyRows, *, packed: bool = False, length_mode: int = 
         How many list entries token ``t`` of request ``b`` considers: 0 ``seq_lens[b] - (q_len - 1
         - t)``, 1 ``seq_lens[b * q_len + t]``, 2 all of them (``seq_lens`` may be None).
     """
-    query, table, out, plan = call.query, call.table, call.out, call.plan
+    query, table, out = call.query, call.table, call.out
+    plan = call.plan if plan is None else plan
     batch, q_len, heads, dim = query.shape
     d_v = out.shape[-1]
     fp8 = query.element_size() == 1
@@ -575,7 +581,7 @@ def mla_decode(call, rows: KeyRows, *, packed: bool = False, length_mode: int = 
         query, call.kv_cache, table, host.seq_lens, host.sinks, host.scale1, host.scale2,
         out, host.lse, call.workspace, host.workspace_pad,
         q_len, heads, rows.list_width, rows.num_kv_rows, num_splits,
-        query.stride(0), query.stride(1), query.stride(2), rows.stride_kv_row, rows.stride_kv_tok,
+        *query.stride()[:3], rows.stride_kv_row, rows.stride_kv_tok,
         table.stride(-2),
         *out.stride()[:3], *host.lse_strides,
         D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=rows.page_size,

@@ -505,14 +505,15 @@ _DECODE = FastLaunch(mla_decode_gluon_kernel)
 _COMBINE = FastLaunch(mla_combine_kernel)
 
 
-def mla_decode(call, rows: KeyRows) -> None:
+def mla_decode(call, rows: KeyRows, plan=None) -> None:
     """Launch the Gluon decode kernel (and the combine when split) on a validated call.
 
-    Same arguments as :func:`.mla_decode.mla_decode`; ``call.plan`` from
+    Same arguments as :func:`.mla_decode.mla_decode`; ``plan`` (or ``call.plan``) from
     :func:`plan_decode_gluon`. Needs a Hopper GPU, ``D_V = 512`` and ``D_ROPE = 64``, e4m3 or
     bf16 operands, and key rows (the cache's pointer and ``rows``' strides) 16-byte aligned.
     """
-    query, key_list, out, plan = call.query, call.table, call.out, call.plan
+    query, key_list, out = call.query, call.table, call.out
+    plan = call.plan if plan is None else plan
     batch, q_len, heads, dim = query.shape
     d_v = out.shape[-1]
     config = FP8_CONFIG if query.element_size() == 1 else BF16_CONFIG
@@ -523,7 +524,7 @@ def mla_decode(call, rows: KeyRows) -> None:
         query, call.kv_cache, key_list, host.seq_lens, host.sinks, host.scale1, host.scale2,
         out, host.lse, call.workspace, host.workspace_pad,
         q_len, heads, rows.list_width, rows.num_kv_rows, num_splits,
-        query.stride(0), query.stride(1), query.stride(2), rows.stride_kv_row, rows.stride_kv_tok,
+        *query.stride()[:3], rows.stride_kv_row, rows.stride_kv_tok,
         key_list.stride(-2),
         *out.stride()[:3], *host.lse_strides,
         D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=rows.page_size, BLOCK_N=config.block_n, STAGES=config.stages,
