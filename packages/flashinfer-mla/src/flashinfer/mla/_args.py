@@ -118,8 +118,10 @@ class Decode(NamedTuple):
         pages, page_size, dim = kv.shape[0], kv.shape[-2], kv.shape[-1]
         if page_size == 1 or kv.stride(0) == page_size * kv.stride(-2):
             return kv.view(pages * page_size, dim)
+        # rows one row stride apart from the first row of the first page (the API layer has
+        # checked that pages are whole rows apart)
         rows = (pages - 1) * self.rows_per_page + page_size if pages else 0
-        return _flat_rows(kv, rows)
+        return kv.as_strided((rows, dim), (kv.stride(-2), 1))
 
     @property
     def rows_per_page(self) -> int:
@@ -146,10 +148,3 @@ class Decode(NamedTuple):
         if lse is None or lse.dim() == 3:
             return lse
         return lse.unflatten(0, self.query.shape[:2])
-
-
-def _flat_rows(kv: torch.Tensor, rows: int) -> torch.Tensor:
-    # rows one row stride apart from the first row of the first page (pages' strides are
-    # whole rows: the API layer has checked it)
-    row_stride = kv.stride(0) if kv.shape[-2] == 1 else kv.stride(-2)
-    return kv.as_strided((rows, kv.shape[-1]), (row_stride, 1))

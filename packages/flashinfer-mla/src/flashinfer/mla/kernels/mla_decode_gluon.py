@@ -201,7 +201,7 @@ def _score_partition(
     HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr, ABLATE: gl.constexpr,
 ):  # fmt: skip
     FP8: gl.constexpr = q_lat.dtype.primitive_bitwidth == 8
-    P_PARTS: gl.constexpr = 1 if FP8 else 2
+    P_PARTS: gl.constexpr = p_ring.shape[0] // 2  # the kernel's choice: parts of P per buffer
     D_HALF: gl.constexpr = D_V // 2
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 256 // q_lat.dtype.primitive_bitwidth]
@@ -318,7 +318,7 @@ def _output_partition(
     ABLATE: gl.constexpr,
 ):  # fmt: skip
     FP8: gl.constexpr = lat_ring.dtype.primitive_bitwidth == 8
-    P_PARTS: gl.constexpr = 1 if FP8 else 2
+    P_PARTS: gl.constexpr = p_ring.shape[0] // 2
     D_HALF: gl.constexpr = D_V // 2
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D_HALF, 16]
