@@ -2,11 +2,16 @@
 the received value, the non-tensor and the overlap tests.
 
 Every check reads only shapes, strides, dtypes and devices, never tensor values, so checks cost
-no host synchronization and stay legal inside CUDA/MUSA graph capture. Each rule is written once,
-as an ``if`` on the hot path that calls :func:`fail` only when the rule is broken: a helper call
-per rule would cost more host time than the rule itself (``benchmarks/host_overhead.py``). A
-non-tensor where a tensor belongs shows up as an ``AttributeError`` while the rules read it; the
-op then calls :func:`require_tensors`, which names it.
+no host synchronization and stay legal inside CUDA/MUSA graph capture. A non-tensor where a tensor
+belongs shows up as an ``AttributeError`` while the rules read it; the op then calls
+:func:`require_tensors`, which names it.
+
+The rules both op packages state are written here once, each a function that reads what it needs
+and calls :func:`fail` only when the rule is broken (the vocabulary: :func:`check_device`,
+:func:`check_k_major`, :func:`check_fp8`, :func:`check_scale`, :func:`check_out`,
+:func:`check_no_overlap`). A rule is one call and one attribute read on the passing path, so the
+API layers' host time stays inside ``benchmarks/host_overhead.py``'s budgets. Rules that belong to
+one op (a shape relation, a backend name's rule) stay with the op.
 """
 
 from __future__ import annotations
@@ -14,6 +19,10 @@ from __future__ import annotations
 from typing import NoReturn
 
 import torch
+
+E4M3 = (torch.float8_e4m3fn,)
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+_FLOAT32 = torch.float32
 
 
 def describe(x) -> str:
@@ -83,3 +92,55 @@ def check_no_overlap(out: torch.Tensor, arg: str, names: tuple, *inputs) -> None
                         "a buffer sharing its memory",
                     )
             return
+
+
+def check_device(x: torch.Tensor, arg: str, device: torch.device, anchor: str) -> None:
+    """``x`` lives on ``device``, the device of the argument named ``anchor``."""
+    if x.device != device:
+        fail(ValueError, arg, f"a tensor on {device} (the device of `{anchor}`)", f"a tensor on {x.device}")
+
+
+def check_k_major(x: torch.Tensor, arg: str, k_dim: int = -1) -> None:
+    """``x`` is K-major: unit stride along its reduction dimension ``k_dim`` (a K of one element
+    passes), the layout the GEMM kernels read without a copy."""
+    if x.shape[k_dim] > 1 and x.stride(k_dim) != 1:
+        fail(ValueError, arg, f"a K-major tensor (stride 1 along k, dimension {k_dim % x.dim()})", x)
+
+
+def check_fp8(x: torch.Tensor, arg: str, dtypes: tuple = E4M3, exc: type[Exception] = ValueError) -> None:
+    """``x`` has one of the FP8 ``dtypes`` (:data:`E4M3` or :data:`FP8`)."""
+    if x.dtype not in dtypes:
+        names = " or ".join(str(dtype) for dtype in dtypes)
+        fail(exc, arg, f"dtype {names} (FP8 operand)", f"dtype {x.dtype}")
+
+
+def check_scale(scale: torch.Tensor, arg: str, shape, device: torch.device, anchor: str) -> None:
+    """A float32 dequantization scale on ``device`` (the device of ``anchor``), of ``shape`` when
+    one is given (None: any shape; the op checks the layout)."""
+    if scale.dtype != _FLOAT32:
+        fail(ValueError, arg, "dtype torch.float32 (dequantization multipliers)", f"dtype {scale.dtype}")
+    if shape is not None and scale.shape != shape:
+        fail(ValueError, arg, f"shape {tuple(shape)}", f"shape {tuple(scale.shape)}")
+    if scale.device != device:
+        fail(
+            ValueError, arg, f"a tensor on {device} (the device of `{anchor}`)", f"a tensor on {scale.device}"
+        )
+
+
+def check_out(
+    out: torch.Tensor, shape: tuple, dtype: torch.dtype, device: torch.device, why: str = ""
+) -> None:
+    """A caller's output: ``shape``, ``dtype`` (``why`` says where the dtype comes from, e.g.
+    ``"with `out_dtype`"``) and ``device``. Overlap with the inputs is
+    :func:`check_no_overlap`'s rule."""
+    if out.shape != shape:
+        fail(ValueError, "out", f"shape {tuple(shape)} (output shape mismatch)", f"shape {tuple(out.shape)}")
+    if out.dtype != dtype:
+        fail(
+            ValueError,
+            "out",
+            f"dtype {dtype} (output dtype mismatch{' ' + why if why else ''})",
+            f"dtype {out.dtype}",
+        )
+    if out.device != device:
+        fail(ValueError, "out", f"a tensor on {device} (output device mismatch)", f"a tensor on {out.device}")

@@ -1,0 +1,85 @@
+"""The shared rule vocabulary of ``flashinfer._core.checks``: each rule passes what it allows and
+names the argument, what was expected and what came when it fails."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashinfer._core import checks
+
+E4M3 = torch.float8_e4m3fn
+META = torch.device("meta")
+
+
+def fp8(*shape):
+    return torch.randn(*shape).to(E4M3)
+
+
+def test_device_rule_names_the_anchor():
+    x = torch.randn(3)
+    checks.check_device(x, "b", x.device, "a")
+    with pytest.raises(
+        ValueError, match=r"expected a tensor on meta \(the device of `a`\) for `b`, got a tensor on cpu"
+    ):
+        checks.check_device(x, "b", META, "a")
+
+
+@pytest.mark.parametrize("k", [1, 16])
+def test_k_major_rule(k):
+    a = fp8(8, k)
+    checks.check_k_major(a, "a")
+    checks.check_k_major(fp8(2, 8, k), "a", 2)
+    transposed = fp8(k, 8).t()
+    if k == 1:  # one element along k has no stride to honour
+        checks.check_k_major(transposed, "a")
+        return
+    with pytest.raises(ValueError, match=r"K-major .* for `a`, got .* strides \(1, 8\)"):
+        checks.check_k_major(transposed, "a")
+
+
+def test_fp8_rule_lists_the_dtypes_allowed():
+    checks.check_fp8(fp8(2), "a")
+    checks.check_fp8(torch.randn(2).to(torch.float8_e5m2), "a", checks.FP8)
+    with pytest.raises(
+        ValueError, match=r"dtype torch.float8_e4m3fn \(FP8 operand\) for `b`, got dtype torch.float8_e5m2"
+    ):
+        checks.check_fp8(torch.randn(2).to(torch.float8_e5m2), "b")
+    with pytest.raises(TypeError, match="float8_e4m3fn or torch.float8_e5m2 .* got dtype torch.bfloat16"):
+        checks.check_fp8(torch.randn(2, dtype=torch.bfloat16), "A", checks.FP8, TypeError)
+
+
+def test_scale_rule_checks_dtype_shape_and_device_in_that_order():
+    scale = torch.rand(2, 3) + 0.5
+    checks.check_scale(scale, "a_scale", (2, 3), scale.device, "a")
+    checks.check_scale(scale, "a_scale", None, scale.device, "a")
+    with pytest.raises(ValueError, match=r"dtype torch.float32 .* for `a_scale`, got dtype torch.float16"):
+        checks.check_scale(scale.half(), "a_scale", (9, 9), META, "a")
+    with pytest.raises(ValueError, match=r"shape \(3, 2\) for `a_scale`, got shape \(2, 3\)"):
+        checks.check_scale(scale, "a_scale", (3, 2), META, "a")
+    with pytest.raises(ValueError, match=r"the device of `a`\) for `a_scale`"):
+        checks.check_scale(scale, "a_scale", (2, 3), META, "a")
+
+
+def test_out_rule_checks_shape_dtype_device():
+    out = torch.randn(2, 3, dtype=torch.bfloat16)
+    checks.check_out(out, (2, 3), torch.bfloat16, out.device)
+    with pytest.raises(
+        ValueError, match=r"shape \(3, 2\) \(output shape mismatch\) for `out`, got shape \(2, 3\)"
+    ):
+        checks.check_out(out, (3, 2), torch.bfloat16, out.device)
+    with pytest.raises(
+        ValueError, match=r"output dtype mismatch with `dtype`\) for `out`, got dtype torch.bfloat16"
+    ):
+        checks.check_out(out, (2, 3), torch.float16, out.device, "with `dtype`")
+    with pytest.raises(ValueError, match="output device mismatch"):
+        checks.check_out(out, (2, 3), torch.bfloat16, META)
+
+
+def test_overlap_rule_names_the_input_shared():
+    buffer = torch.randn(4, 8)
+    a, out = buffer[:2], buffer[1:3]
+    checks.check_no_overlap(torch.randn(2, 8), "out", ("a",), a)
+    checks.check_no_overlap(buffer[2:], "out", ("a",), a)
+    with pytest.raises(ValueError, match="does not overlap `a`"):
+        checks.check_no_overlap(out, "out", ("a",), a)
