@@ -36,7 +36,7 @@ from flashinfer._core.kernel_tier import KERNEL_TIER_ENV, use_gluon
 from flashinfer.utils import get_compute_capability
 
 from . import _reference
-from ._segments import contiguous_rows
+from ._group_gemm_segments import contiguous_rows
 
 # cuBLASLt's 1x128 / 128x128 block scaling exists for sm90 only (PyTorch rejects other archs).
 _BLOCKWISE_CUBLAS_MAJOR = 9

@@ -12,7 +12,7 @@ from flashinfer.utils import ceil_div
 from ._args import GroupedSegments
 from ._backends import GROUP_GEMM_FP8_NT_GROUPWISE
 from ._dispatch import DISPATCH
-from ._segments import row_block_scales, rows_in_segments
+from ._group_gemm_segments import row_block_scales, rows_in_segments
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _FLOAT32 = torch.float32

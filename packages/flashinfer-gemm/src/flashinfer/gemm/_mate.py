@@ -49,7 +49,7 @@ from flashinfer._core.fallback import warn_reference
 from flashinfer._core.mate import find_function, require_function
 
 from . import _reference
-from ._segments import packed_counts, rows_in_segments
+from ._group_gemm_segments import packed_counts, rows_in_segments
 
 _OP = "flashinfer.gemm"
 _GEMM = "mate.gemm"

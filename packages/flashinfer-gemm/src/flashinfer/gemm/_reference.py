@@ -13,7 +13,7 @@ import torch
 from flashinfer._core.constants import E4M3_MAX, OUTPUT_SCALE_BLOCK, OUTPUT_SCALE_FLOOR
 from flashinfer.utils import ceil_div
 
-from ._segments import contiguous_rows
+from ._group_gemm_segments import contiguous_rows
 
 DEEPGEMM_BLOCK = 128
 QUANT_BLOCK_COLS = 128  # fp8_blockscale_gemm_sm90 quantizes blocks of 128 columns
