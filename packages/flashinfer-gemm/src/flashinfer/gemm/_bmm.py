@@ -44,6 +44,18 @@ def _check_operands(A, B, a_shape, b_shape, device) -> None:
     check_device(B, "B", device, "A")
 
 
+def run_bmm(call: Bmm, k: int, device) -> torch.Tensor:
+    """Compute a validated :class:`~._args.Bmm` (``k`` its depth) on ``device``'s implementation
+    and return ``call.out``: an empty ``out`` is returned as is, ``k == 0`` zero-fills it."""
+    out = call.out
+    if out.numel() == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+    DISPATCH.module(device).bmm(call)
+    return out
+
+
 @flashinfer_api
 @gated(BMM_BF16)
 def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_check=False):
@@ -126,15 +138,9 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
     except AttributeError:
         require_tensors(A=A, B=B, out=out, optional=("out",))
         raise
-    batch, m, k = a_shape
     if out is None:
-        out = torch.empty((batch, m, b_shape[2]), dtype=out_dtype, device=device)
-    if out.numel() == 0:
-        return out
-    if k == 0:
-        return out.zero_()
-    DISPATCH.module(device).bmm(Bmm(A, B, out))
-    return out
+        out = torch.empty((a_shape[0], a_shape[1], b_shape[2]), dtype=out_dtype, device=device)
+    return run_bmm(Bmm(A, B, out), a_shape[2], device)
 
 
 def _check_scale(scale, arg: str, device, batch: int, rows: int) -> None:
@@ -243,12 +249,6 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
     except AttributeError:
         require_tensors(A=A, B=B, A_scale=A_scale, B_scale=B_scale, out=out, optional=("out",))
         raise
-    batch, m, k = a_shape
     if out is None:
-        out = torch.empty((batch, m, b_shape[2]), dtype=dtype, device=device)
-    if out.numel() == 0:
-        return out
-    if k == 0:
-        return out.zero_()
-    DISPATCH.module(device).bmm(Bmm(A, B, out, A_scale, B_scale))
-    return out
+        out = torch.empty((a_shape[0], a_shape[1], b_shape[2]), dtype=dtype, device=device)
+    return run_bmm(Bmm(A, B, out, A_scale, B_scale), a_shape[2], device)

@@ -9,11 +9,11 @@ each shape once before capturing, as serving engines do in their warm-up).
 What runs per op is ``ROUTES`` in :mod:`._dispatch`; the conditions under which a library
 call takes a problem as it lies in memory are at :func:`_scaled_mm_takes` and
 :func:`_blockwise_cublas_takes`, those under which a Gluon kernel takes it (TMA layouts) at
-:func:`_tma_rows`, :func:`_gluon_bmm_takes` and :func:`_gluon_groupwise_takes`. Everything else
+:func:`_tma_readable`, :func:`_gluon_bmm_takes` and :func:`_gluon_groupwise_takes`. Everything else
 runs the Triton kernels of ``flashinfer.gemm.kernels``. Devices without FP8 tensor cores
 (compute capability below 8.9) run the FP8 functions through ``flashinfer.gemm._reference``.
 
-Kernel tiers (``flashinfer._core.kernel_tier``): the Gluon kernels (``kernels.gluon_fp8_*``) run
+Kernel tiers (``flashinfer._core.kernel_tier``): the Gluon kernels (``kernels.bmm.gluon_fp8_bmm``, ``kernels.blockwise.gluon_fp8_blockwise``) run
 on compute capability 9.0 with the Triton versions they were built for. ``auto`` takes them
 where the H200 benchmark shows them ahead of the alternative (``GLUON_GROUPED_IN_AUTO``): the
 grouped GEMMs (contiguous, masked and row segments), 1.65-1.88x the tl kernels on DeepSeek's MoE
@@ -65,14 +65,14 @@ def _no_fp8_mma(op: str, device: torch.device) -> None:
 
 @functools.cache
 def _gluon_blockwise():
-    from flashinfer.gemm.kernels import gluon_fp8_blockwise
+    from flashinfer.gemm.kernels.blockwise import gluon_fp8_blockwise
 
     return gluon_fp8_blockwise
 
 
 @functools.cache
 def _gluon_bmm():
-    from flashinfer.gemm.kernels import gluon_fp8_bmm
+    from flashinfer.gemm.kernels.bmm import gluon_fp8_bmm
 
     return gluon_fp8_bmm
 
@@ -109,7 +109,7 @@ def bmm(call) -> None:
     elif _gluon_bmm_takes(A, B, out) and use_gluon(A.device, GLUON_IN_AUTO):
         _gluon_bmm().fp8_bmm(call._replace(a_scale=A_scale, b_scale=B_scale))
     else:
-        from flashinfer.gemm.kernels import fp8_bmm
+        from flashinfer.gemm.kernels.bmm import fp8_bmm
 
         fp8_bmm.fp8_bmm(call._replace(a_scale=A_scale, b_scale=B_scale))
 
@@ -125,7 +125,7 @@ def _bmm_16bit(A, B, out) -> None:
         out.copy_(torch.bmm(A, B, torch.float32))
 
 
-def _tma_rows(t: torch.Tensor, rows_dim: int = -2, k_dim: int = -1) -> bool:
+def _tma_readable(t: torch.Tensor, rows_dim: int = -2, k_dim: int = -1) -> bool:
     """Whether TMA reads the FP8 operand ``t`` as one ``[groups * rows, k]`` tensor: unit stride
     along k, a 16-byte aligned base and row stride, groups (dim 0 of a 3-D tensor) packed."""
     packed = t.dim() == 2 or t.shape[0] == 1 or t.stride(0) == t.shape[rows_dim] * t.stride(rows_dim)
@@ -136,8 +136,8 @@ def _gluon_bmm_takes(A, B, out) -> bool:
     # the Gluon kernel's TMA layouts: B column-major (B^T rows along k), out with unit last stride
     # and 16-byte aligned rows and batches (TMA stores)
     return (
-        _tma_rows(A)
-        and _tma_rows(B, rows_dim=2, k_dim=1)
+        _tma_readable(A)
+        and _tma_readable(B, rows_dim=2, k_dim=1)
         and out.dtype in (torch.bfloat16, torch.float16)
         and out.stride(2) == 1
         and out.stride(1) % 8 == 0
@@ -203,14 +203,14 @@ def gemm_groupwise(call) -> None:
         scale_a, scale_b = _blockwise_cublas_scales(call.a_scale, call.b_scale, a.shape[0], block_m)
         torch._scaled_mm(a, b.t(), scale_a, scale_b, out_dtype=out.dtype, out=out)
     else:
-        from flashinfer.gemm.kernels import fp8_blockwise
+        from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
         fp8_blockwise.gemm_groupwise(call)
 
 
 def _gluon_groupwise_takes(a, b, block_m, block_n, block_k) -> bool:
     # the Gluon kernel: 1x128 or 128x128 A blocks, 128x128 B blocks, operands TMA reads
-    return block_m in (1, 128) and block_n == block_k == 128 and _tma_rows(a) and _tma_rows(b)
+    return block_m in (1, 128) and block_n == block_k == 128 and _tma_readable(a) and _tma_readable(b)
 
 
 def _blockwise_cublas_takes(a, b, block_m, block_n, block_k, out) -> bool:
@@ -269,13 +269,13 @@ def group_gemm_contiguous(call) -> None:
     elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_GROUPED_IN_AUTO):
         _gluon_blockwise().group_gemm_contiguous(call)
     else:
-        from flashinfer.gemm.kernels import fp8_blockwise
+        from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
         fp8_blockwise.group_gemm_contiguous(call)
 
 
 def _gluon_grouped_takes(a, b) -> bool:
-    return _tma_rows(a) and _tma_rows(b)
+    return _tma_readable(a) and _tma_readable(b)
 
 
 def group_gemm_masked(call) -> None:
@@ -287,7 +287,7 @@ def group_gemm_masked(call) -> None:
     elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_GROUPED_IN_AUTO):
         _gluon_blockwise().group_gemm_masked(call)
     else:
-        from flashinfer.gemm.kernels import fp8_blockwise
+        from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
         fp8_blockwise.group_gemm_masked(call)
 
@@ -306,7 +306,7 @@ def group_gemm_segments(call) -> None:
     ):
         _gluon_blockwise().group_gemm_contiguous(rows)
     else:
-        from flashinfer.gemm.kernels import fp8_blockwise
+        from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
         fp8_blockwise.group_gemm_contiguous(rows)
 
@@ -317,6 +317,6 @@ def quantize_fp8_blocks(call) -> None:
         _no_fp8_mma("fp8_blockscale_gemm_sm90 (its FP8 quantization)", call.x.device)
         _reference.quantize_fp8_blocks(call)
         return
-    from flashinfer.gemm.kernels import fp8_quantize
+    from flashinfer.gemm.kernels.blockwise import fp8_quantize
 
     fp8_quantize.quantize_blocks(call)

@@ -34,7 +34,7 @@ explicit ``out_dtype`` (MATE silently writes bf16 for an FP8 ``out_dtype`` witho
   ``[0, G)`` become -1 and ``masked_m`` is clamped to ``[0, m]`` (small int32 tensors) so MATE
   never reads ``b`` or ``a`` out of bounds;
 - ``m_indptr`` segments: MATE's ``gemm_mode="per_expert"`` takes row counts packed from row 0,
-  made from the clamped offsets (``flashinfer.gemm._segments``); rows outside every segment
+  made from the clamped offsets (``flashinfer.gemm._group_gemm_segments``); rows outside every segment
   are restored from the caller's ``out`` as above. A K-major contiguous copy of ``a_scale`` is
   passed when it is stored otherwise (MATE does not inspect its layout);
 - FP8 block quantization (``fp8_blockscale_gemm_sm90``'s BF16 operands): MATE has no such

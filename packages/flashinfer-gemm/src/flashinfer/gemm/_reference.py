@@ -98,7 +98,7 @@ def group_gemm_segments(call) -> None:
     """Rows ``[m_indptr[g], m_indptr[g + 1])`` of ``out`` are those rows of ``a`` times group ``g``
     of ``b`` (:class:`~._args.GroupedSegments`).
 
-    The segments become one group id per row (:func:`flashinfer.gemm._segments.row_groups`);
+    The segments become one group id per row (:func:`flashinfer.gemm._group_gemm_segments.row_groups`);
     rows outside every segment keep their ``out`` values.
     """
     group_gemm_contiguous(contiguous_rows(call))

@@ -11,7 +11,7 @@ import triton.language as tl
 
 from ...utils import get_device_sm_count
 
-__all__ = ["banded_tile", "multiprocessors"]
+__all__ = ["banded_tile", "group_strides", "multiprocessors"]
 
 
 def multiprocessors(device) -> int:
@@ -19,6 +19,12 @@ def multiprocessors(device) -> int:
     if device.type == "cuda":
         return get_device_sm_count(device)  # cached per device
     return 4  # the CPU interpreter: a few programs still exercise the persistent loops
+
+
+def group_strides(x) -> tuple:
+    """``(group, row, column)`` strides of ``x``; a 2-D tensor is shared by all groups (group stride 0)."""
+    strides = x.stride()
+    return strides if len(strides) == 3 else (0, *strides)
 
 
 @triton.jit
