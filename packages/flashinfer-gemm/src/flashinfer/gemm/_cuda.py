@@ -36,6 +36,7 @@ from flashinfer._core.kernel_tier import KERNEL_TIER_ENV, use_gluon
 from flashinfer.utils import get_compute_capability
 
 from . import _reference
+from ._args import Bmm, GroupedContiguous, GroupedMasked, GroupedSegments, Groupwise, QuantizeBlocks
 from ._group_gemm_segments import contiguous_rows
 
 # cuBLASLt's 1x128 / 128x128 block scaling exists for sm90 only (PyTorch rejects other archs).
@@ -92,7 +93,7 @@ def _row_major(t: torch.Tensor) -> bool:
 # bmm
 
 
-def bmm(call) -> None:
+def bmm(call: Bmm) -> None:
     """``out = cast((A @ B) * A_scale * B_scale)`` for 16-bit or FP8 batched operands
     (:class:`~._args.Bmm`; a column-major B, ``B.stride(-2) == 1``, is the fast case)."""
     if call.a_scale is None:
@@ -180,7 +181,7 @@ def _scaled_mm_single(a, b, a_scale, b_scale, out) -> None:
 # gemm_groupwise
 
 
-def gemm_groupwise(call) -> None:
+def gemm_groupwise(call: Groupwise) -> None:
     """``out = dequant(a) @ dequant(b).T`` with block scales, optionally quantized to FP8
     (:class:`~._args.Groupwise`)."""
     a, b, out, output_scale = call.a, call.b, call.out, call.output_scale
@@ -260,7 +261,7 @@ def _blockwise_cublas_scales(a_scale, b_scale, m, block_m):
 # grouped GEMMs
 
 
-def group_gemm_contiguous(call) -> None:
+def group_gemm_contiguous(call: GroupedContiguous) -> None:
     """Contiguous grouped FP8 GEMM (:class:`~._args.GroupedContiguous`)."""
     a, b = call.a, call.b
     if not _has_fp8_mma(a.device):
@@ -278,7 +279,7 @@ def _gluon_grouped_takes(a, b) -> bool:
     return _tma_readable(a) and _tma_readable(b)
 
 
-def group_gemm_masked(call) -> None:
+def group_gemm_masked(call: GroupedMasked) -> None:
     """Masked grouped FP8 GEMM (:class:`~._args.GroupedMasked`)."""
     a, b = call.a, call.b
     if not _has_fp8_mma(a.device):
@@ -292,7 +293,7 @@ def group_gemm_masked(call) -> None:
         fp8_blockwise.group_gemm_masked(call)
 
 
-def group_gemm_segments(call) -> None:
+def group_gemm_segments(call: GroupedSegments) -> None:
     """Grouped FP8 GEMM over row segments (:class:`~._args.GroupedSegments`): the segments become
     one group id per row on the device, then the contiguous grouped kernel runs."""
     rows = contiguous_rows(call)
@@ -311,7 +312,7 @@ def group_gemm_segments(call) -> None:
         fp8_blockwise.group_gemm_contiguous(rows)
 
 
-def quantize_fp8_blocks(call) -> None:
+def quantize_fp8_blocks(call: QuantizeBlocks) -> None:
     """FP8 E4M3 quantization per ``block_rows x 128`` block (:class:`~._args.QuantizeBlocks`)."""
     if not _has_fp8_mma(call.x.device):
         _no_fp8_mma("fp8_blockscale_gemm_sm90 (its FP8 quantization)", call.x.device)

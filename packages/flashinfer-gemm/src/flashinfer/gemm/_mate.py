@@ -49,6 +49,7 @@ from flashinfer._core.fallback import warn_reference
 from flashinfer._core.mate import find_function, require_function
 
 from . import _reference
+from ._args import Bmm, GroupedContiguous, GroupedMasked, GroupedSegments, Groupwise, QuantizeBlocks
 from ._group_gemm_segments import packed_counts, rows_in_segments
 
 _OP = "flashinfer.gemm"
@@ -92,7 +93,7 @@ def _finish(target, out) -> None:
         out.copy_(target)
 
 
-def bmm(call) -> None:
+def bmm(call: Bmm) -> None:
     A, B, out, A_scale, B_scale = call.A, call.B, call.out, call.A_scale, call.B_scale
     mate_bmm = _unified_bmm()
     if mate_bmm is None:
@@ -180,7 +181,7 @@ def _stored(scale_view):
     return scale_view.contiguous(), False
 
 
-def gemm_groupwise(call) -> None:
+def gemm_groupwise(call: Groupwise) -> None:
     a, b, a_scale, b_scale, out, output_scale = (
         call.a,
         call.b,
@@ -257,7 +258,7 @@ def _backend_kwargs() -> dict:
     return {"backend": "auto"} if _unified_bmm() is not None else {}
 
 
-def group_gemm_contiguous(call) -> None:
+def group_gemm_contiguous(call: GroupedContiguous) -> None:
     a, b, a_scale, b_scale, m_indices, out = call
     ragged = _legacy("ragged_m_moe_gemm_8bit")
     valid = (m_indices >= 0) & (m_indices < b.shape[0])
@@ -277,7 +278,7 @@ def group_gemm_contiguous(call) -> None:
     out.copy_(torch.where(valid.unsqueeze(1), scratch, out))
 
 
-def group_gemm_masked(call) -> None:
+def group_gemm_masked(call: GroupedMasked) -> None:
     a, b, a_scale, b_scale, masked_m, expected_m, out = call
     masked = _legacy("masked_moe_gemm_8bit")
     rows = a.shape[1]
@@ -299,7 +300,7 @@ def group_gemm_masked(call) -> None:
     out.copy_(torch.where(valid, scratch, out))
 
 
-def group_gemm_segments(call) -> None:
+def group_gemm_segments(call: GroupedSegments) -> None:
     a, b, a_scale, b_scale, m_indptr, out = call
     ragged = _legacy("ragged_m_moe_gemm_8bit")
     m = a.shape[0]
@@ -318,7 +319,7 @@ def group_gemm_segments(call) -> None:
     out.copy_(torch.where(valid.unsqueeze(1), scratch, out))
 
 
-def quantize_fp8_blocks(call) -> None:
+def quantize_fp8_blocks(call: QuantizeBlocks) -> None:
     """MATE has no FP8 block-quantization kernel: the reference's PyTorch operations run on the
     MUSA device."""
     warn_reference(
