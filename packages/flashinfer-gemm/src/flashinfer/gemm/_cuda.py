@@ -126,19 +126,23 @@ def _bmm_16bit(A, B, out) -> None:
         out.copy_(torch.bmm(A, B, torch.float32))
 
 
-def _tma_readable(t: torch.Tensor, rows_dim: int = -2, k_dim: int = -1) -> bool:
-    """Whether TMA reads the FP8 operand ``t`` as one ``[groups * rows, k]`` tensor: unit stride
-    along k, a 16-byte aligned base and row stride, groups (dim 0 of a 3-D tensor) packed."""
+def _tma_readable(t: torch.Tensor, rows_dim: int = -2) -> bool:
+    """Whether TMA reads the K-major FP8 operand ``t`` as one ``[groups * rows, k]`` tensor: a
+    16-byte aligned base and row stride, groups (dim 0 of a 3-D tensor) packed. Unit stride along
+    k is the caller's to know: the block-scaled records guarantee it (the API checked it once),
+    ``bmm``'s operands do not (:func:`_gluon_bmm_takes`)."""
     packed = t.dim() == 2 or t.shape[0] == 1 or t.stride(0) == t.shape[rows_dim] * t.stride(rows_dim)
-    return t.stride(k_dim) == 1 and t.stride(rows_dim) % 16 == 0 and t.data_ptr() % 16 == 0 and packed
+    return t.stride(rows_dim) % 16 == 0 and t.data_ptr() % 16 == 0 and packed
 
 
 def _gluon_bmm_takes(A, B, out) -> bool:
     # the Gluon kernel's TMA layouts: B column-major (B^T rows along k), out with unit last stride
     # and 16-byte aligned rows and batches (TMA stores)
     return (
-        _tma_readable(A)
-        and _tma_readable(B, rows_dim=2, k_dim=1)
+        A.stride(2) == 1
+        and B.stride(1) == 1
+        and _tma_readable(A)
+        and _tma_readable(B, rows_dim=2)
         and out.dtype in (torch.bfloat16, torch.float16)
         and out.stride(2) == 1
         and out.stride(1) % 8 == 0
@@ -263,53 +267,42 @@ def _blockwise_cublas_scales(a_scale, b_scale, m, block_m):
 
 def group_gemm_contiguous(call: GroupedContiguous) -> None:
     """Contiguous grouped FP8 GEMM (:class:`~._args.GroupedContiguous`)."""
-    a, b = call.a, call.b
-    if not _has_fp8_mma(a.device):
-        _no_fp8_mma("group_deepgemm_fp8_nt_groupwise", a.device)
-        _reference.group_gemm_contiguous(call)
-    elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_GROUPED_IN_AUTO):
-        _gluon_blockwise().group_gemm_contiguous(call)
-    else:
-        from flashinfer.gemm.kernels.blockwise import fp8_blockwise
-
-        fp8_blockwise.group_gemm_contiguous(call)
-
-
-def _gluon_grouped_takes(a, b) -> bool:
-    return _tma_readable(a) and _tma_readable(b)
+    _grouped("group_deepgemm_fp8_nt_groupwise", "group_gemm_contiguous", call)
 
 
 def group_gemm_masked(call: GroupedMasked) -> None:
     """Masked grouped FP8 GEMM (:class:`~._args.GroupedMasked`)."""
-    a, b = call.a, call.b
-    if not _has_fp8_mma(a.device):
-        _no_fp8_mma("batch_deepgemm_fp8_nt_groupwise", a.device)
-        _reference.group_gemm_masked(call)
-    elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_GROUPED_IN_AUTO):
-        _gluon_blockwise().group_gemm_masked(call)
-    else:
-        from flashinfer.gemm.kernels.blockwise import fp8_blockwise
-
-        fp8_blockwise.group_gemm_masked(call)
+    _grouped("batch_deepgemm_fp8_nt_groupwise", "group_gemm_masked", call)
 
 
 def group_gemm_segments(call: GroupedSegments) -> None:
     """Grouped FP8 GEMM over row segments (:class:`~._args.GroupedSegments`): the segments become
-    one group id per row on the device, then the contiguous grouped kernel runs."""
+    one group id per row on the device, then the contiguous grouped kernel runs (the Gluon tier
+    for e4m3 operands only: e5m2 segments take the tl kernel, as tested)."""
     rows = contiguous_rows(call)
-    if not _has_fp8_mma(call.a.device):
-        _no_fp8_mma("group_gemm_fp8_nt_groupwise", call.a.device)
-        _reference.group_gemm_contiguous(rows)
+    e4m3 = rows.a.dtype == rows.b.dtype == torch.float8_e4m3fn
+    _grouped("group_gemm_fp8_nt_groupwise", "group_gemm_contiguous", rows, gluon_takes_dtypes=e4m3)
+
+
+def _grouped(op: str, layout: str, call, gluon_takes_dtypes: bool = True) -> None:
+    """Run the grouped GEMM ``layout`` (the :class:`~._dispatch.GemmImpl` name every tier's module
+    shares) on the reference below FP8 tensor cores, the Gluon tier where it takes the operands,
+    else the tl kernel; ``op`` names the public function in the reference warning."""
+    a, b = call.a, call.b
+    if not _has_fp8_mma(a.device):
+        _no_fp8_mma(op, a.device)
+        getattr(_reference, layout)(call)
     elif (
-        rows.a.dtype == rows.b.dtype == torch.float8_e4m3fn  # e5m2 segments: the tl kernel (as tested)
-        and _gluon_grouped_takes(rows.a, rows.b)
-        and use_gluon(rows.a.device, GLUON_GROUPED_IN_AUTO)
+        gluon_takes_dtypes
+        and _tma_readable(a)
+        and _tma_readable(b)
+        and use_gluon(a.device, GLUON_GROUPED_IN_AUTO)
     ):
-        _gluon_blockwise().group_gemm_contiguous(rows)
+        getattr(_gluon_blockwise(), layout)(call)
     else:
         from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
-        fp8_blockwise.group_gemm_contiguous(rows)
+        getattr(fp8_blockwise, layout)(call)
 
 
 def quantize_fp8_blocks(call: QuantizeBlocks) -> None:

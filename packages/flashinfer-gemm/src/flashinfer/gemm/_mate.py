@@ -259,20 +259,25 @@ def _backend_kwargs() -> dict:
 
 
 def group_gemm_contiguous(call: GroupedContiguous) -> None:
-    a, b, a_scale, b_scale, m_indices, out = call
-    ragged = _legacy("ragged_m_moe_gemm_8bit")
-    valid = (m_indices >= 0) & (m_indices < b.shape[0])
+    m_indices = call.m_indices
+    valid = (m_indices >= 0) & (m_indices < call.b.shape[0])
     group_ids = torch.where(valid, m_indices, -1)
+    _ragged(call, group_ids, valid, gemm_mode="per_token", alignment_m=_BLOCK)
+
+
+def _ragged(call, rows_info, valid, **mode) -> None:
+    """MATE's ``ragged_m_moe_gemm_8bit`` into a scratch (``rows_info``: group ids or packed row
+    counts, as ``mode`` says), then only the ``valid`` rows copied into ``out``. MATE assumes a
+    K-major contiguous ``a_scale`` without checking it."""
+    a, b, a_scale, b_scale, _, out = call
     scratch = torch.empty(out.shape, dtype=out.dtype, device=out.device)
-    # MATE assumes a K-major contiguous a_scale without checking it.
-    ragged(
+    _legacy("ragged_m_moe_gemm_8bit")(
         (a, a_scale.contiguous()),
         (b, b_scale.contiguous()),
-        group_ids,
+        rows_info,
         scratch,
-        gemm_mode="per_token",
         scale_granularity_mnk=_GRANULARITY,
-        alignment_m=_BLOCK,
+        **mode,
         **_backend_kwargs(),
     )
     out.copy_(torch.where(valid.unsqueeze(1), scratch, out))
@@ -301,22 +306,8 @@ def group_gemm_masked(call: GroupedMasked) -> None:
 
 
 def group_gemm_segments(call: GroupedSegments) -> None:
-    a, b, a_scale, b_scale, m_indptr, out = call
-    ragged = _legacy("ragged_m_moe_gemm_8bit")
-    m = a.shape[0]
-    counts = packed_counts(m_indptr, m)
-    valid = rows_in_segments(m_indptr, m)
-    scratch = torch.empty(out.shape, dtype=out.dtype, device=out.device)
-    ragged(
-        (a, a_scale.contiguous()),
-        (b, b_scale.contiguous()),
-        counts,
-        scratch,
-        gemm_mode="per_expert",
-        scale_granularity_mnk=_GRANULARITY,
-        **_backend_kwargs(),
-    )
-    out.copy_(torch.where(valid.unsqueeze(1), scratch, out))
+    m_indptr, m = call.m_indptr, call.a.shape[0]
+    _ragged(call, packed_counts(m_indptr, m), rows_in_segments(m_indptr, m), gemm_mode="per_expert")
 
 
 def quantize_fp8_blocks(call: QuantizeBlocks) -> None:
