@@ -38,22 +38,6 @@ _NAMES = frozenset(GEMM_FP8_NT_GROUPWISE.names)
 _INPUTS = ("a", "b", "a_scale", "b_scale", "output_scale")
 
 
-def _check_operands(a, b, a_shape, b_shape, device) -> None:
-    """``a (m, k)`` and ``b (n, k)``: FP8 E4M3, K-major, on one device."""
-    if len(a_shape) != 2 or len(b_shape) != 2:
-        arg, x = ("a", a) if len(a_shape) != 2 else ("b", b)
-        expected = f"a 2-D tensor (shape mismatch. a.shape = {tuple(a_shape)}, b.shape = {tuple(b_shape)})"
-        fail(ValueError, arg, expected, x)
-    k = a_shape[1]
-    if b_shape[1] != k:
-        fail(ValueError, "b", f"shape (n, {k}) (shape mismatch. a.shape[1] = {k})", f"shape {tuple(b_shape)}")
-    check_device(b, "b", device, "a")
-    check_fp8(a, "a")
-    check_fp8(b, "b")
-    check_k_major(a, "a")
-    check_k_major(b, "b")
-
-
 def _check_fp8_output(out, dtype, m: int, n: int, device, output_scale) -> None:
     """With ``output_scale``: FP8 E4M3 output and a contiguous float32 ``(m, ceil(n / 128))`` scale."""
     if dtype != _E4M3:
@@ -205,7 +189,20 @@ def gemm_fp8_nt_groupwise(
         if not skip_check:
             if backend not in _NAMES:
                 GEMM_FP8_NT_GROUPWISE.check(backend)
-            _check_operands(a, b, a_shape, b_shape, device)
+            if len(a_shape) != 2 or len(b_shape) != 2:
+                arg, x = ("a", a) if len(a_shape) != 2 else ("b", b)
+                expected = (
+                    f"a 2-D tensor (shape mismatch. a.shape = {tuple(a_shape)}, b.shape = {tuple(b_shape)})"
+                )
+                fail(ValueError, arg, expected, x)
+            if b_shape[1] != a_shape[1]:
+                expected = f"shape (n, {a_shape[1]}) (shape mismatch. a.shape[1] = {a_shape[1]})"
+                fail(ValueError, "b", expected, f"shape {tuple(b_shape)}")
+            check_device(b, "b", device, "a")
+            check_fp8(a, "a")
+            check_fp8(b, "b")
+            check_k_major(a, "a")
+            check_k_major(b, "b")
             if scale_major_mode not in _MODES:
                 fail(ValueError, "scale_major_mode", "'K', 'MN' or None", describe(scale_major_mode))
             if granularity not in _GRANULARITIES:
