@@ -190,7 +190,8 @@ def gluon_tier():
 
     if not gluon_supported(torch.cuda.current_device()):
         return None
-    from flashinfer.gemm.kernels import gluon_fp8_blockwise, gluon_fp8_bmm
+    from flashinfer.gemm.kernels.blockwise import gluon_fp8_blockwise
+    from flashinfer.gemm.kernels.bmm import gluon_fp8_bmm
 
     return gluon_fp8_blockwise, gluon_fp8_bmm
 
@@ -200,7 +201,8 @@ def tier_kernels(op: str) -> list:
     runs, and the portable tl kernel. Each launcher takes the tensors in the order of the op's
     record (``flashinfer.gemm._args``) and builds the record."""
     from flashinfer.gemm._args import Bmm, GroupedContiguous, GroupedMasked
-    from flashinfer.gemm.kernels import fp8_blockwise, fp8_bmm
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise
+    from flashinfer.gemm.kernels.bmm import fp8_bmm
 
     def launchers(bmm, contiguous, masked):
         return {
@@ -228,7 +230,7 @@ def cublas_block_scales(a_scale, b_scale):
 
 def groupwise_section(table, fg, impls, deepgemm=None):
     from flashinfer.gemm._args import Groupwise
-    from flashinfer.gemm.kernels import fp8_blockwise
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
     gluon = gluon_tier()
     if deepgemm is not None:
@@ -645,7 +647,8 @@ def compare(rows, upstream_rows) -> str:
 
 def autotune_choices():
     """The tile each autotuned Triton kernel chose, per autotune key (shape bucket)."""
-    from flashinfer.gemm.kernels import fp8_blockwise, fp8_bmm
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise
+    from flashinfer.gemm.kernels.bmm import fp8_bmm
 
     return {
         name: {str(key): str(config) for key, config in tuned.cache.items()}

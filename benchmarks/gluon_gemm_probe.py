@@ -89,7 +89,8 @@ def groupwise(a, b, a_scale, b_scale, out, output_scale=None):
 
 
 def kernels():
-    from flashinfer.gemm.kernels import fp8_blockwise, fp8_bmm, gluon_fp8_blockwise, gluon_fp8_bmm
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise, gluon_fp8_blockwise
+    from flashinfer.gemm.kernels.bmm import fp8_bmm, gluon_fp8_bmm
 
     return gluon_fp8_blockwise, gluon_fp8_bmm, fp8_blockwise, fp8_bmm
 

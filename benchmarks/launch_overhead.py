@@ -81,7 +81,8 @@ def main():
     print(json.dumps(facts, indent=1), flush=True)
 
     import flashinfer.gemm
-    from flashinfer.gemm.kernels import fp8_blockwise, fp8_bmm
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise
+    from flashinfer.gemm.kernels.bmm import fp8_bmm
 
     e4m3, bf16 = torch.float8_e4m3fn, torch.bfloat16
     A = torch.randn(128, 4, 128, device="cuda").to(e4m3)  # MLA absorb: 128 heads, 4 tokens

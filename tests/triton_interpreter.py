@@ -124,7 +124,8 @@ def route_cpu_to_cuda(monkeypatch) -> None:
     """CPU tensors through ``flashinfer.{gemm,mla}._cuda`` and the portable Triton kernels."""
     from flashinfer._core import dispatch
     from flashinfer.gemm import _cuda as gemm_cuda
-    from flashinfer.gemm.kernels import fp8_blockwise, fp8_bmm
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise
+    from flashinfer.gemm.kernels.bmm import fp8_bmm
     from flashinfer.mla import _cuda as mla_cuda
 
     patch_interpreter()

@@ -134,13 +134,8 @@ def install(recorder: Recorder, device: dict) -> None:
     import flashinfer.mla._cuda  # noqa: F401
     import flashinfer.utils
     from flashinfer._core import dispatch, kernel_tier, triton_launch
-    from flashinfer.gemm.kernels import (  # noqa: F401  # noqa: F401
-        fp8_blockwise,
-        fp8_bmm,
-        fp8_quantize,
-        gluon_fp8_blockwise,
-        gluon_fp8_bmm,
-    )
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise, fp8_quantize, gluon_fp8_blockwise  # noqa: F401
+    from flashinfer.gemm.kernels.bmm import fp8_bmm, gluon_fp8_bmm  # noqa: F401
     from flashinfer.mla.kernels import mla_decode, mla_decode_gluon, rope_quantize  # noqa: F401
 
     dispatch.ROUTING = dispatch.ROUTING.routed("cpu", "cuda")._replace(force_reference=False)

@@ -83,3 +83,11 @@ def test_overlap_rule_names_the_input_shared():
     checks.check_no_overlap(buffer[2:], "out", ("a",), a)
     with pytest.raises(ValueError, match="does not overlap `a`"):
         checks.check_no_overlap(out, "out", ("a",), a)
+
+
+def test_k_major_rule_along_another_dimension_of_a_contiguous_tensor():
+    """A contiguous tensor is K-major along its last dimension only: the rule's fast path for
+    contiguous tensors must not pass a reduction dimension that is not the last."""
+    checks.check_k_major(fp8(2, 16, 8).transpose(1, 2), "B", 1)
+    with pytest.raises(ValueError, match=r"K-major tensor \(stride 1 along k, dimension 1\) for `B`"):
+        checks.check_k_major(fp8(2, 8, 16), "B", 1)

@@ -68,7 +68,8 @@ def variant_id(variant) -> str:
 
 
 def _config(kernel, name):
-    from flashinfer.gemm.kernels import gluon_fp8_blockwise, gluon_fp8_bmm
+    from flashinfer.gemm.kernels.blockwise import gluon_fp8_blockwise
+    from flashinfer.gemm.kernels.bmm import gluon_fp8_bmm
 
     if kernel == "bmm":
         return getattr(gluon_fp8_bmm, name)
@@ -100,7 +101,8 @@ _DIVISIBLE = (
 
 
 def _compile(variant):
-    from flashinfer.gemm.kernels import gluon_fp8_blockwise, gluon_fp8_bmm
+    from flashinfer.gemm.kernels.blockwise import gluon_fp8_blockwise
+    from flashinfer.gemm.kernels.bmm import gluon_fp8_bmm
 
     kernel_kind, name, layout, out, scale_bm = variant
     config = _config(kernel_kind, name)
@@ -184,7 +186,8 @@ def test_compiles_for_sm90_without_spills(compiled, variant):
 
 def test_every_shipped_config_is_compiled():
     """The variant lists above cover each configuration the modules ship (a new one must be added)."""
-    from flashinfer.gemm.kernels import gluon_fp8_blockwise, gluon_fp8_bmm
+    from flashinfer.gemm.kernels.blockwise import gluon_fp8_blockwise
+    from flashinfer.gemm.kernels.bmm import gluon_fp8_bmm
 
     covered = {_config(kernel, name) for kernel, name, *_ in VARIANTS}
     assert set(gluon_fp8_blockwise.CONFIGS) | set(gluon_fp8_bmm.CONFIGS) <= covered

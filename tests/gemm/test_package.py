@@ -9,12 +9,18 @@ import sys
 
 import pytest
 
-from flashinfer.gemm import _blockscaled, _bmm, _fp8_blockscale_sm90, _group_groupwise, _grouped, _groupwise
+from flashinfer.gemm import (
+    _bmm,
+    _deepgemm_fp8_nt,
+    _fp8_blockscale_gemm_sm90,
+    _gemm_fp8_nt,
+    _group_gemm_fp8_nt,
+)
 
 
 @pytest.mark.parametrize(
     "module",
-    [_bmm, _groupwise, _grouped, _blockscaled, _group_groupwise, _fp8_blockscale_sm90],
+    [_bmm, _gemm_fp8_nt, _deepgemm_fp8_nt, _group_gemm_fp8_nt, _fp8_blockscale_gemm_sm90],
     ids=lambda m: m.__name__,
 )
 def test_docstring_examples_run_on_cpu(module):

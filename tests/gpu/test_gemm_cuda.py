@@ -106,7 +106,7 @@ def test_bmm_fp8_repeat_calls_take_the_cached_tile(seed):
     dispatch (``TunedLaunch``/``FastLaunch``): row counts of the same bucket, rows not divisible
     by 16 and an output at another pointer alignment are all exact."""
     needs_fp8()
-    from flashinfer.gemm.kernels import fp8_bmm
+    from flashinfer.gemm.kernels.bmm import fp8_bmm
 
     B = fp8((128, 512, 128)).transpose(1, 2)
     scale = pow2(())
@@ -131,7 +131,7 @@ def test_bmm_fp8_every_tile_kind(seed, k, n, tile):
     """The persistent and one-program-a-tile kernels, one K step (k = 128) or a K loop, at an
     MLA absorb shape, whichever the autotuner would pick."""
     needs_fp8()
-    from flashinfer.gemm.kernels import fp8_bmm
+    from flashinfer.gemm.kernels.bmm import fp8_bmm
 
     bm, bn, warps, stages, per_sm = tile
     A = fp8((128, 300, k))

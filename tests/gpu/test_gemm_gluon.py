@@ -1,4 +1,4 @@
-"""The Hopper Gluon GEMM kernels (``kernels.gluon_fp8_blockwise``, ``kernels.gluon_fp8_bmm``) on an
+"""The Hopper Gluon GEMM kernels (``kernels.blockwise.gluon_fp8_blockwise``, ``kernels.bmm.gluon_fp8_bmm``) on an
 sm_90 GPU, against float64 oracles at real sizes.
 
 Every tile configuration the launchers ship is run directly (``config=``), in every layout:
@@ -54,13 +54,13 @@ def gluon_device():
 
 
 def blockwise():
-    from flashinfer.gemm.kernels import gluon_fp8_blockwise
+    from flashinfer.gemm.kernels.blockwise import gluon_fp8_blockwise
 
     return gluon_fp8_blockwise
 
 
 def batched():
-    from flashinfer.gemm.kernels import gluon_fp8_bmm
+    from flashinfer.gemm.kernels.bmm import gluon_fp8_bmm
 
     return gluon_fp8_bmm
 

@@ -1,8 +1,8 @@
 """The Triton paths of the sibling GEMM APIs under TRITON_INTERPRET=1 (CPU), against float64 oracles.
 
-- ``kernels.fp8_quantize``: FP8 block quantization (1x128 and 128x128), as upstream's SM90 kernels
+- ``kernels.blockwise.fp8_quantize``: FP8 block quantization (1x128 and 128x128), as upstream's SM90 kernels
   quantize (per block ``q = 448 / amax``, ``e4m3(x * q)``, scale ``1 / q``, in float32);
-- ``kernels.fp8_blockwise`` with 1x128 weight scales (``fp8_blockscale_gemm_sm90``'s per-token
+- ``kernels.blockwise.fp8_blockwise`` with 1x128 weight scales (``fp8_blockscale_gemm_sm90``'s per-token
   weights) and with the segment-derived group ids of ``group_gemm_fp8_nt_groupwise``.
 """
 
@@ -44,7 +44,7 @@ def e4m3_step_apart(got, expected_float):
 
 @pytest.mark.parametrize("rows,cols,block_rows", [(5, 256, 1), (37, 384, 1), (130, 256, 128), (40, 128, 128)])
 def test_quantize_blocks(seed, rows, cols, block_rows):
-    from flashinfer.gemm.kernels import fp8_quantize
+    from flashinfer.gemm.kernels.blockwise import fp8_quantize
 
     x = (torch.randn(rows, cols) * torch.logspace(-4, 3, cols)).to(torch.bfloat16)
     x[0, :128] = 0  # an all-zero block: multiplier 1, scale 1
@@ -62,7 +62,7 @@ def test_quantize_blocks(seed, rows, cols, block_rows):
 
 
 def test_quantize_blocks_strided_rows(seed):
-    from flashinfer.gemm.kernels import fp8_quantize
+    from flashinfer.gemm.kernels.blockwise import fp8_quantize
 
     x = torch.randn(6, 512).to(torch.bfloat16)[:, :256]  # row stride 512
     out = torch.full((6, 384), float("nan")).to(E4M3)[:, :256]
@@ -74,7 +74,7 @@ def test_quantize_blocks_strided_rows(seed):
 
 def test_gemm_groupwise_with_per_row_weight_scales(seed):
     """1x128 weight scales (SCALE_BN = 1), as fp8_blockscale_gemm_sm90 sends per-token weights."""
-    from flashinfer.gemm.kernels import fp8_blockwise
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
     m, n, k = 9, 40, 384
     a, b = fp8((m, k)), fp8((n, k))
@@ -93,8 +93,8 @@ def test_gemm_groupwise_with_per_row_weight_scales(seed):
 
 def test_segments_through_the_contiguous_kernel(seed):
     """group_gemm_fp8_nt_groupwise's CUDA route: m_indptr -> per-row group ids -> the grouped kernel."""
-    from flashinfer.gemm._segments import row_groups
-    from flashinfer.gemm.kernels import fp8_blockwise
+    from flashinfer.gemm._group_gemm_segments import row_groups
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
     bounds = [2, 7, 7, 30, 33]  # rows 0-1 and 33-35 belong to no group; group 1 is empty
     m, n, k, groups = 36, 24, 256, 4

@@ -58,7 +58,7 @@ def nan_like(shape, dtype):
 @pytest.mark.parametrize("channelwise", [False, True], ids=["per-tensor", "per-channel"])
 @pytest.mark.parametrize("per_sm", [0, 1], ids=["tile-grid", "persistent"])
 def test_fp8_bmm(seed, a_dtype, b_dtype, out_dtype, channelwise, per_sm):
-    from flashinfer.gemm.kernels import fp8_bmm
+    from flashinfer.gemm.kernels.bmm import fp8_bmm
 
     batch, m, k, n = 3, 20, 80, 24
     A = fp8((batch, m, k), a_dtype)
@@ -80,7 +80,7 @@ def test_fp8_bmm(seed, a_dtype, b_dtype, out_dtype, channelwise, per_sm):
 @pytest.mark.parametrize("per_sm", [0, 1], ids=["tile-grid", "persistent"])
 def test_fp8_bmm_one_k_step(seed, per_sm):
     """k within one BLOCK_K (the MLA absorb product with k = 128): a tile is one load and one dot."""
-    from flashinfer.gemm.kernels import fp8_bmm
+    from flashinfer.gemm.kernels.bmm import fp8_bmm
 
     batch, m, k, n = 5, 20, 24, 40  # k not a multiple of 16: the K mask matters
     A = fp8((batch, m, k))
@@ -98,7 +98,7 @@ def test_fp8_bmm_one_k_step(seed, per_sm):
 @pytest.mark.parametrize("per_sm", [0, 2], ids=["tile-grid", "persistent"])
 def test_fp8_bmm_strided_everything(seed, per_sm):
     """Row-major B, padded A rows, scale views with gaps, and an output that is a strided view."""
-    from flashinfer.gemm.kernels import fp8_bmm
+    from flashinfer.gemm.kernels.bmm import fp8_bmm
 
     batch, m, k, n = 2, 33, 64, 40
     A = fp8((batch, m, k + 16))[:, :, :k]
@@ -123,7 +123,7 @@ def test_fp8_bmm_strided_everything(seed, per_sm):
 @pytest.mark.parametrize("granularity", [(1, 128, 128), (128, 128, 128), (1, 32, 64), (16, 64, 32)], ids=str)
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_gemm_groupwise(seed, granularity, out_dtype):
-    from flashinfer.gemm.kernels import fp8_blockwise
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
     block_m, block_n, block_k = granularity
     m, n, k = 40, 72, 320  # k and n not multiples of the scale blocks
@@ -141,7 +141,7 @@ def test_gemm_groupwise(seed, granularity, out_dtype):
 
 
 def test_gemm_groupwise_strided_output(seed):
-    from flashinfer.gemm.kernels import fp8_blockwise
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
     m, n, k = 24, 40, 256
     a, b = fp8((m, k)), fp8((n, k))
@@ -157,7 +157,7 @@ def test_gemm_groupwise_strided_output(seed):
 
 def test_gemm_groupwise_fp8_output(seed):
     """FP8 output: per-(row, 128-column block) scales and values within half an e4m3 ulp."""
-    from flashinfer.gemm.kernels import fp8_blockwise
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
     m, n, k = 20, 200, 256  # the last 128-column block is partial
     a, b = fp8((m, k)), fp8((n, k))
@@ -202,7 +202,7 @@ def grouped_operands(groups, rows, n, k):
 
 @pytest.mark.parametrize("aligned", [True, False], ids=["tile-aligned", "ragged"])
 def test_group_gemm_contiguous(seed, aligned):
-    from flashinfer.gemm.kernels import fp8_blockwise
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
     groups, n, k = 3, 40, 256
     if aligned:
@@ -228,7 +228,7 @@ def test_group_gemm_contiguous(seed, aligned):
 
 
 def test_group_gemm_contiguous_all_padding():
-    from flashinfer.gemm.kernels import fp8_blockwise
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
     a, b, a_scale, b_scale = grouped_operands(2, 32, 16, 128)
     out = nan_like((32, 16), torch.bfloat16)
@@ -242,7 +242,7 @@ def test_group_gemm_contiguous_all_padding():
 
 
 def test_group_gemm_masked(seed):
-    from flashinfer.gemm.kernels import fp8_blockwise
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
     groups, m, n, k = 5, 40, 48, 384
     # empty, partial, full, beyond m (clamped) and negative (clamped to 0) groups
@@ -280,7 +280,8 @@ def test_tuned_launch_autotunes_once_per_key_under_the_lock(monkeypatch):
     import triton
 
     from flashinfer._core import triton_launch
-    from flashinfer.gemm.kernels import fp8_blockwise, fp8_bmm
+    from flashinfer.gemm.kernels.blockwise import fp8_blockwise
+    from flashinfer.gemm.kernels.bmm import fp8_bmm
 
     events = []
     chosen = triton.Config({"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8}, num_warps=4)

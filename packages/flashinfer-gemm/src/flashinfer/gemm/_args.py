@@ -169,7 +169,7 @@ class GroupedMasked(NamedTuple):
 class GroupedSegments(NamedTuple):
     """Rows ``[e[g], e[g + 1])`` of ``out`` are those rows of ``dequant(a)`` times ``dequant(b[g]).T``.
 
-    ``e = cummax(clamp(m_indptr, 0, m))`` are the effective offsets (:mod:`._segments`); rows
+    ``e = cummax(clamp(m_indptr, 0, m))`` are the effective offsets (:mod:`._group_gemm_segments`); rows
     outside ``[e[0], e[G])`` are left untouched.
 
     Attributes

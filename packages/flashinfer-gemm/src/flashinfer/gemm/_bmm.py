@@ -5,7 +5,17 @@ from __future__ import annotations
 import torch
 
 from flashinfer._core.backends import gated
-from flashinfer._core.checks import check_no_overlap, describe, fail, require_tensors
+from flashinfer._core.checks import (
+    FP8,
+    check_device,
+    check_fp8,
+    check_no_overlap,
+    check_out,
+    check_scale,
+    describe,
+    fail,
+    require_tensors,
+)
 from flashinfer.api_logging import flashinfer_api
 
 from ._args import Bmm
@@ -14,18 +24,16 @@ from ._dispatch import DISPATCH
 
 _16BIT = (torch.bfloat16, torch.float16)
 _BF16_OUT = (torch.bfloat16, torch.float16, torch.float32)
-_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _FP8_OUT = (torch.bfloat16, torch.float16)
-_FLOAT32 = torch.float32
 _BF16_NAMES = frozenset(BMM_BF16.names)
-_INPUTS = ("A", "B", "A_scale", "B_scale")
 _FP8_NAMES = frozenset(BMM_FP8.names)
+_INPUTS = ("A", "B", "A_scale", "B_scale")
+_WITH_OUT_DTYPE = "with `out_dtype`"
+_WITH_DTYPE = "with `dtype`"
 
 
-def _check_operands(
-    A, B, a_shape, b_shape, device, out, dtype, dtype_arg: str, A_scale=None, B_scale=None
-) -> None:
-    """``A (b, m, k)``, ``B (b, k, n)`` on one device; ``out`` None or ``(b, m, n)`` of ``dtype``."""
+def _check_operands(A, B, a_shape, b_shape, device) -> None:
+    """``A (b, m, k)`` and ``B (b, k, n)`` on one device."""
     if len(a_shape) != 3:
         fail(ValueError, "A", "a 3-D tensor (batch, m, k) (shape mismatch)", A)
     if len(b_shape) != 3:
@@ -33,19 +41,19 @@ def _check_operands(
     if b_shape[0] != a_shape[0] or b_shape[1] != a_shape[2]:
         expected = f"shape ({a_shape[0]}, {a_shape[2]}, n) (batch and k of `A`)"
         fail(ValueError, "B", expected, f"shape {tuple(b_shape)}")
-    if B.device != device:
-        fail(ValueError, "B", f"a tensor on {device} (the device of `A`)", f"a tensor on {B.device}")
-    if out is not None:
-        if out.shape != (a_shape[0], a_shape[1], b_shape[2]):
-            shape = (a_shape[0], a_shape[1], b_shape[2])
-            fail(ValueError, "out", f"shape {shape} (output shape mismatch)", f"shape {tuple(out.shape)}")
-        if out.device != device:
-            expected = f"a tensor on {device} (output device mismatch)"
-            fail(ValueError, "out", expected, f"a tensor on {out.device}")
-        if out.dtype != dtype:
-            expected = f"dtype {describe(dtype)} (output dtype mismatch with `{dtype_arg}`)"
-            fail(ValueError, "out", expected, f"dtype {out.dtype}")
-        check_no_overlap(out, "out", _INPUTS, A, B, A_scale, B_scale)
+    check_device(B, "B", device, "A")
+
+
+def run_bmm(call: Bmm, k: int, device) -> torch.Tensor:
+    """Compute a validated :class:`~._args.Bmm` (``k`` its depth) on ``device``'s implementation
+    and return ``call.out``: an empty ``out`` is returned as is, ``k == 0`` zero-fills it."""
+    out = call.out
+    if out.numel() == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+    DISPATCH.module(device).bmm(call)
+    return out
 
 
 @flashinfer_api
@@ -121,29 +129,23 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
             if out_dtype not in _BF16_OUT:
                 expected = "torch.bfloat16, torch.float16 or torch.float32 (unsupported output dtype)"
                 fail(ValueError, "out_dtype", expected, describe(out_dtype))
-            _check_operands(A, B, a_shape, b_shape, device, out, out_dtype, "out_dtype")
+            _check_operands(A, B, a_shape, b_shape, device)
+            if out is not None:
+                check_out(out, (a_shape[0], a_shape[1], b_shape[2]), out_dtype, device, _WITH_OUT_DTYPE)
+                check_no_overlap(out, "out", _INPUTS, A, B)
             if backend in BMM_BF16.rules:
                 BMM_BF16.enforce(backend, out_dtype)
     except AttributeError:
         require_tensors(A=A, B=B, out=out, optional=("out",))
         raise
-    batch, m, k = a_shape
     if out is None:
-        out = torch.empty((batch, m, b_shape[2]), dtype=out_dtype, device=device)
-    if out.numel() == 0:
-        return out
-    if k == 0:
-        return out.zero_()
-    DISPATCH.module(device).bmm(Bmm(A, B, out))
-    return out
+        out = torch.empty((a_shape[0], a_shape[1], b_shape[2]), dtype=out_dtype, device=device)
+    return run_bmm(Bmm(A, B, out), a_shape[2], device)
 
 
 def _check_scale(scale, arg: str, device, batch: int, rows: int) -> None:
     """A float32 scale on ``device``: ``()``, ``(1,)``, ``(batch, rows, 1)`` or ``(batch, 1, rows)``."""
-    if scale.dtype != _FLOAT32:
-        fail(ValueError, arg, "dtype torch.float32 (dequantization multipliers)", f"dtype {scale.dtype}")
-    if scale.device != device:
-        fail(ValueError, arg, f"a tensor on {device} (the device of `A`)", f"a tensor on {scale.device}")
+    check_scale(scale, arg, None, device, "A")
     shape = scale.shape
     ndim = len(shape)
     if not (
@@ -231,18 +233,15 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
         if not skip_check:
             if backend not in _FP8_NAMES:
                 BMM_FP8.check(backend)
-            if A.dtype not in _FP8:
-                fail(
-                    ValueError, "A", "dtype float8_e4m3fn or float8_e5m2 (A must be FP8)", f"dtype {A.dtype}"
-                )
-            if B.dtype not in _FP8:
-                fail(
-                    ValueError, "B", "dtype float8_e4m3fn or float8_e5m2 (B must be FP8)", f"dtype {B.dtype}"
-                )
+            check_fp8(A, "A", FP8)
+            check_fp8(B, "B", FP8)
             if dtype not in _FP8_OUT:
                 expected = "torch.bfloat16 or torch.float16 (unsupported output dtype for FP8 GEMM)"
                 fail(ValueError, "dtype", expected, describe(dtype))
-            _check_operands(A, B, a_shape, b_shape, device, out, dtype, "dtype", A_scale, B_scale)
+            _check_operands(A, B, a_shape, b_shape, device)
+            if out is not None:
+                check_out(out, (a_shape[0], a_shape[1], b_shape[2]), dtype, device, _WITH_DTYPE)
+                check_no_overlap(out, "out", _INPUTS, A, B, A_scale, B_scale)
             _check_scale(A_scale, "A_scale", device, a_shape[0], a_shape[1])
             _check_scale(B_scale, "B_scale", device, a_shape[0], b_shape[2])
             if backend in BMM_FP8.rules:
@@ -250,12 +249,6 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
     except AttributeError:
         require_tensors(A=A, B=B, A_scale=A_scale, B_scale=B_scale, out=out, optional=("out",))
         raise
-    batch, m, k = a_shape
     if out is None:
-        out = torch.empty((batch, m, b_shape[2]), dtype=dtype, device=device)
-    if out.numel() == 0:
-        return out
-    if k == 0:
-        return out.zero_()
-    DISPATCH.module(device).bmm(Bmm(A, B, out, A_scale, B_scale))
-    return out
+        out = torch.empty((a_shape[0], a_shape[1], b_shape[2]), dtype=dtype, device=device)
+    return run_bmm(Bmm(A, B, out, A_scale, B_scale), a_shape[2], device)

@@ -9,11 +9,11 @@ each shape once before capturing, as serving engines do in their warm-up).
 What runs per op is ``ROUTES`` in :mod:`._dispatch`; the conditions under which a library
 call takes a problem as it lies in memory are at :func:`_scaled_mm_takes` and
 :func:`_blockwise_cublas_takes`, those under which a Gluon kernel takes it (TMA layouts) at
-:func:`_tma_rows`, :func:`_gluon_bmm_takes` and :func:`_gluon_groupwise_takes`. Everything else
+:func:`_tma_readable`, :func:`_gluon_bmm_takes` and :func:`_gluon_groupwise_takes`. Everything else
 runs the Triton kernels of ``flashinfer.gemm.kernels``. Devices without FP8 tensor cores
 (compute capability below 8.9) run the FP8 functions through ``flashinfer.gemm._reference``.
 
-Kernel tiers (``flashinfer._core.kernel_tier``): the Gluon kernels (``kernels.gluon_fp8_*``) run
+Kernel tiers (``flashinfer._core.kernel_tier``): the Gluon kernels (``kernels.bmm.gluon_fp8_bmm``, ``kernels.blockwise.gluon_fp8_blockwise``) run
 on compute capability 9.0 with the Triton versions they were built for. ``auto`` takes them
 where the H200 benchmark shows them ahead of the alternative (``GLUON_GROUPED_IN_AUTO``): the
 grouped GEMMs (contiguous, masked and row segments), 1.65-1.88x the tl kernels on DeepSeek's MoE
@@ -36,7 +36,8 @@ from flashinfer._core.kernel_tier import KERNEL_TIER_ENV, use_gluon
 from flashinfer.utils import get_compute_capability
 
 from . import _reference
-from ._segments import contiguous_rows
+from ._args import Bmm, GroupedContiguous, GroupedMasked, GroupedSegments, Groupwise, QuantizeBlocks
+from ._group_gemm_segments import contiguous_rows
 
 # cuBLASLt's 1x128 / 128x128 block scaling exists for sm90 only (PyTorch rejects other archs).
 _BLOCKWISE_CUBLAS_MAJOR = 9
@@ -65,14 +66,14 @@ def _no_fp8_mma(op: str, device: torch.device) -> None:
 
 @functools.cache
 def _gluon_blockwise():
-    from flashinfer.gemm.kernels import gluon_fp8_blockwise
+    from flashinfer.gemm.kernels.blockwise import gluon_fp8_blockwise
 
     return gluon_fp8_blockwise
 
 
 @functools.cache
 def _gluon_bmm():
-    from flashinfer.gemm.kernels import gluon_fp8_bmm
+    from flashinfer.gemm.kernels.bmm import gluon_fp8_bmm
 
     return gluon_fp8_bmm
 
@@ -92,7 +93,7 @@ def _row_major(t: torch.Tensor) -> bool:
 # bmm
 
 
-def bmm(call) -> None:
+def bmm(call: Bmm) -> None:
     """``out = cast((A @ B) * A_scale * B_scale)`` for 16-bit or FP8 batched operands
     (:class:`~._args.Bmm`; a column-major B, ``B.stride(-2) == 1``, is the fast case)."""
     if call.a_scale is None:
@@ -109,7 +110,7 @@ def bmm(call) -> None:
     elif _gluon_bmm_takes(A, B, out) and use_gluon(A.device, GLUON_IN_AUTO):
         _gluon_bmm().fp8_bmm(call._replace(a_scale=A_scale, b_scale=B_scale))
     else:
-        from flashinfer.gemm.kernels import fp8_bmm
+        from flashinfer.gemm.kernels.bmm import fp8_bmm
 
         fp8_bmm.fp8_bmm(call._replace(a_scale=A_scale, b_scale=B_scale))
 
@@ -125,19 +126,23 @@ def _bmm_16bit(A, B, out) -> None:
         out.copy_(torch.bmm(A, B, torch.float32))
 
 
-def _tma_rows(t: torch.Tensor, rows_dim: int = -2, k_dim: int = -1) -> bool:
-    """Whether TMA reads the FP8 operand ``t`` as one ``[groups * rows, k]`` tensor: unit stride
-    along k, a 16-byte aligned base and row stride, groups (dim 0 of a 3-D tensor) packed."""
+def _tma_readable(t: torch.Tensor, rows_dim: int = -2) -> bool:
+    """Whether TMA reads the K-major FP8 operand ``t`` as one ``[groups * rows, k]`` tensor: a
+    16-byte aligned base and row stride, groups (dim 0 of a 3-D tensor) packed. Unit stride along
+    k is the caller's to know: the block-scaled records guarantee it (the API checked it once),
+    ``bmm``'s operands do not (:func:`_gluon_bmm_takes`)."""
     packed = t.dim() == 2 or t.shape[0] == 1 or t.stride(0) == t.shape[rows_dim] * t.stride(rows_dim)
-    return t.stride(k_dim) == 1 and t.stride(rows_dim) % 16 == 0 and t.data_ptr() % 16 == 0 and packed
+    return t.stride(rows_dim) % 16 == 0 and t.data_ptr() % 16 == 0 and packed
 
 
 def _gluon_bmm_takes(A, B, out) -> bool:
     # the Gluon kernel's TMA layouts: B column-major (B^T rows along k), out with unit last stride
     # and 16-byte aligned rows and batches (TMA stores)
     return (
-        _tma_rows(A)
-        and _tma_rows(B, rows_dim=2, k_dim=1)
+        A.stride(2) == 1
+        and B.stride(1) == 1
+        and _tma_readable(A)
+        and _tma_readable(B, rows_dim=2)
         and out.dtype in (torch.bfloat16, torch.float16)
         and out.stride(2) == 1
         and out.stride(1) % 8 == 0
@@ -180,7 +185,7 @@ def _scaled_mm_single(a, b, a_scale, b_scale, out) -> None:
 # gemm_groupwise
 
 
-def gemm_groupwise(call) -> None:
+def gemm_groupwise(call: Groupwise) -> None:
     """``out = dequant(a) @ dequant(b).T`` with block scales, optionally quantized to FP8
     (:class:`~._args.Groupwise`)."""
     a, b, out, output_scale = call.a, call.b, call.out, call.output_scale
@@ -203,14 +208,14 @@ def gemm_groupwise(call) -> None:
         scale_a, scale_b = _blockwise_cublas_scales(call.a_scale, call.b_scale, a.shape[0], block_m)
         torch._scaled_mm(a, b.t(), scale_a, scale_b, out_dtype=out.dtype, out=out)
     else:
-        from flashinfer.gemm.kernels import fp8_blockwise
+        from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
         fp8_blockwise.gemm_groupwise(call)
 
 
 def _gluon_groupwise_takes(a, b, block_m, block_n, block_k) -> bool:
     # the Gluon kernel: 1x128 or 128x128 A blocks, 128x128 B blocks, operands TMA reads
-    return block_m in (1, 128) and block_n == block_k == 128 and _tma_rows(a) and _tma_rows(b)
+    return block_m in (1, 128) and block_n == block_k == 128 and _tma_readable(a) and _tma_readable(b)
 
 
 def _blockwise_cublas_takes(a, b, block_m, block_n, block_k, out) -> bool:
@@ -260,63 +265,52 @@ def _blockwise_cublas_scales(a_scale, b_scale, m, block_m):
 # grouped GEMMs
 
 
-def group_gemm_contiguous(call) -> None:
+def group_gemm_contiguous(call: GroupedContiguous) -> None:
     """Contiguous grouped FP8 GEMM (:class:`~._args.GroupedContiguous`)."""
-    a, b = call.a, call.b
-    if not _has_fp8_mma(a.device):
-        _no_fp8_mma("group_deepgemm_fp8_nt_groupwise", a.device)
-        _reference.group_gemm_contiguous(call)
-    elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_GROUPED_IN_AUTO):
-        _gluon_blockwise().group_gemm_contiguous(call)
-    else:
-        from flashinfer.gemm.kernels import fp8_blockwise
-
-        fp8_blockwise.group_gemm_contiguous(call)
+    _grouped("group_deepgemm_fp8_nt_groupwise", "group_gemm_contiguous", call)
 
 
-def _gluon_grouped_takes(a, b) -> bool:
-    return _tma_rows(a) and _tma_rows(b)
-
-
-def group_gemm_masked(call) -> None:
+def group_gemm_masked(call: GroupedMasked) -> None:
     """Masked grouped FP8 GEMM (:class:`~._args.GroupedMasked`)."""
+    _grouped("batch_deepgemm_fp8_nt_groupwise", "group_gemm_masked", call)
+
+
+def group_gemm_segments(call: GroupedSegments) -> None:
+    """Grouped FP8 GEMM over row segments (:class:`~._args.GroupedSegments`): the segments become
+    one group id per row on the device, then the contiguous grouped kernel runs (the Gluon tier
+    for e4m3 operands only: e5m2 segments take the tl kernel, as tested)."""
+    rows = contiguous_rows(call)
+    e4m3 = rows.a.dtype == rows.b.dtype == torch.float8_e4m3fn
+    _grouped("group_gemm_fp8_nt_groupwise", "group_gemm_contiguous", rows, gluon_takes_dtypes=e4m3)
+
+
+def _grouped(op: str, layout: str, call, gluon_takes_dtypes: bool = True) -> None:
+    """Run the grouped GEMM ``layout`` (the :class:`~._dispatch.GemmImpl` name every tier's module
+    shares) on the reference below FP8 tensor cores, the Gluon tier where it takes the operands,
+    else the tl kernel; ``op`` names the public function in the reference warning."""
     a, b = call.a, call.b
     if not _has_fp8_mma(a.device):
-        _no_fp8_mma("batch_deepgemm_fp8_nt_groupwise", a.device)
-        _reference.group_gemm_masked(call)
-    elif _gluon_grouped_takes(a, b) and use_gluon(a.device, GLUON_GROUPED_IN_AUTO):
-        _gluon_blockwise().group_gemm_masked(call)
-    else:
-        from flashinfer.gemm.kernels import fp8_blockwise
-
-        fp8_blockwise.group_gemm_masked(call)
-
-
-def group_gemm_segments(call) -> None:
-    """Grouped FP8 GEMM over row segments (:class:`~._args.GroupedSegments`): the segments become
-    one group id per row on the device, then the contiguous grouped kernel runs."""
-    rows = contiguous_rows(call)
-    if not _has_fp8_mma(call.a.device):
-        _no_fp8_mma("group_gemm_fp8_nt_groupwise", call.a.device)
-        _reference.group_gemm_contiguous(rows)
+        _no_fp8_mma(op, a.device)
+        getattr(_reference, layout)(call)
     elif (
-        rows.a.dtype == rows.b.dtype == torch.float8_e4m3fn  # e5m2 segments: the tl kernel (as tested)
-        and _gluon_grouped_takes(rows.a, rows.b)
-        and use_gluon(rows.a.device, GLUON_GROUPED_IN_AUTO)
+        gluon_takes_dtypes
+        and _tma_readable(a)
+        and _tma_readable(b)
+        and use_gluon(a.device, GLUON_GROUPED_IN_AUTO)
     ):
-        _gluon_blockwise().group_gemm_contiguous(rows)
+        getattr(_gluon_blockwise(), layout)(call)
     else:
-        from flashinfer.gemm.kernels import fp8_blockwise
+        from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
-        fp8_blockwise.group_gemm_contiguous(rows)
+        getattr(fp8_blockwise, layout)(call)
 
 
-def quantize_fp8_blocks(call) -> None:
+def quantize_fp8_blocks(call: QuantizeBlocks) -> None:
     """FP8 E4M3 quantization per ``block_rows x 128`` block (:class:`~._args.QuantizeBlocks`)."""
     if not _has_fp8_mma(call.x.device):
         _no_fp8_mma("fp8_blockscale_gemm_sm90 (its FP8 quantization)", call.x.device)
         _reference.quantize_fp8_blocks(call)
         return
-    from flashinfer.gemm.kernels import fp8_quantize
+    from flashinfer.gemm.kernels.blockwise import fp8_quantize
 
     fp8_quantize.quantize_blocks(call)

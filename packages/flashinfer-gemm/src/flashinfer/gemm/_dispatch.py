@@ -1,15 +1,44 @@
-"""Which implementation module serves the GEMMs, and what each one runs per op.
+"""Which implementation module serves the GEMMs, what every one offers, and what each runs per op.
 
 ``DISPATCH.module(device)`` returns ``flashinfer.gemm._reference``, ``._cuda`` or ``._mate``
-(:mod:`flashinfer._core.dispatch`). ``ROUTES`` (with the backend tables' rules) is the one description of what runs where: the
+(:mod:`flashinfer._core.dispatch`), each a :class:`GemmImpl`: the same functions, each taking one
+argument record of :mod:`._args`, so an op makes one call whatever the device. ``ROUTES`` (with the backend tables' rules) is the one description of what runs where: the
 README's tables and ``python -m flashinfer show-config`` are generated from it.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from flashinfer._core.dispatch import Dispatcher
 
+from ._args import Bmm, GroupedContiguous, GroupedMasked, GroupedSegments, Groupwise, QuantizeBlocks
 from ._backends import TABLES
+
+
+class GemmImpl(Protocol):
+    """What an implementation module (``_reference``, ``_cuda``, ``_mate``) offers: one function per
+    argument record, which computes into the record's outputs in place (honouring their strides),
+    never synchronizes with the host and trusts the record (the API layer validated it).
+    ``tests/gemm/test_impl_protocol.py`` holds every module to it."""
+
+    def bmm(self, call: Bmm) -> None:
+        """``bmm_bf16`` and ``bmm_fp8``."""
+
+    def gemm_groupwise(self, call: Groupwise) -> None:
+        """``gemm_fp8_nt_groupwise``, ``gemm_fp8_nt_blockscaled``, ``fp8_blockscale_gemm_sm90``'s product."""
+
+    def group_gemm_contiguous(self, call: GroupedContiguous) -> None:
+        """``group_deepgemm_fp8_nt_groupwise``."""
+
+    def group_gemm_masked(self, call: GroupedMasked) -> None:
+        """``batch_deepgemm_fp8_nt_groupwise``."""
+
+    def group_gemm_segments(self, call: GroupedSegments) -> None:
+        """``group_gemm_fp8_nt_groupwise``."""
+
+    def quantize_fp8_blocks(self, call: QuantizeBlocks) -> None:
+        """``fp8_blockscale_gemm_sm90``'s quantization of 16-bit operands."""
 
 
 def _load_reference():

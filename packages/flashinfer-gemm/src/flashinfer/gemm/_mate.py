@@ -34,7 +34,7 @@ explicit ``out_dtype`` (MATE silently writes bf16 for an FP8 ``out_dtype`` witho
   ``[0, G)`` become -1 and ``masked_m`` is clamped to ``[0, m]`` (small int32 tensors) so MATE
   never reads ``b`` or ``a`` out of bounds;
 - ``m_indptr`` segments: MATE's ``gemm_mode="per_expert"`` takes row counts packed from row 0,
-  made from the clamped offsets (``flashinfer.gemm._segments``); rows outside every segment
+  made from the clamped offsets (``flashinfer.gemm._group_gemm_segments``); rows outside every segment
   are restored from the caller's ``out`` as above. A K-major contiguous copy of ``a_scale`` is
   passed when it is stored otherwise (MATE does not inspect its layout);
 - FP8 block quantization (``fp8_blockscale_gemm_sm90``'s BF16 operands): MATE has no such
@@ -49,7 +49,8 @@ from flashinfer._core.fallback import warn_reference
 from flashinfer._core.mate import find_function, require_function
 
 from . import _reference
-from ._segments import packed_counts, rows_in_segments
+from ._args import Bmm, GroupedContiguous, GroupedMasked, GroupedSegments, Groupwise, QuantizeBlocks
+from ._group_gemm_segments import packed_counts, rows_in_segments
 
 _OP = "flashinfer.gemm"
 _GEMM = "mate.gemm"
@@ -92,7 +93,7 @@ def _finish(target, out) -> None:
         out.copy_(target)
 
 
-def bmm(call) -> None:
+def bmm(call: Bmm) -> None:
     A, B, out, A_scale, B_scale = call.A, call.B, call.out, call.A_scale, call.B_scale
     mate_bmm = _unified_bmm()
     if mate_bmm is None:
@@ -180,7 +181,7 @@ def _stored(scale_view):
     return scale_view.contiguous(), False
 
 
-def gemm_groupwise(call) -> None:
+def gemm_groupwise(call: Groupwise) -> None:
     a, b, a_scale, b_scale, out, output_scale = (
         call.a,
         call.b,
@@ -257,27 +258,32 @@ def _backend_kwargs() -> dict:
     return {"backend": "auto"} if _unified_bmm() is not None else {}
 
 
-def group_gemm_contiguous(call) -> None:
-    a, b, a_scale, b_scale, m_indices, out = call
-    ragged = _legacy("ragged_m_moe_gemm_8bit")
-    valid = (m_indices >= 0) & (m_indices < b.shape[0])
+def group_gemm_contiguous(call: GroupedContiguous) -> None:
+    m_indices = call.m_indices
+    valid = (m_indices >= 0) & (m_indices < call.b.shape[0])
     group_ids = torch.where(valid, m_indices, -1)
+    _ragged(call, group_ids, valid, gemm_mode="per_token", alignment_m=_BLOCK)
+
+
+def _ragged(call, rows_info, valid, **mode) -> None:
+    """MATE's ``ragged_m_moe_gemm_8bit`` into a scratch (``rows_info``: group ids or packed row
+    counts, as ``mode`` says), then only the ``valid`` rows copied into ``out``. MATE assumes a
+    K-major contiguous ``a_scale`` without checking it."""
+    a, b, a_scale, b_scale, _, out = call
     scratch = torch.empty(out.shape, dtype=out.dtype, device=out.device)
-    # MATE assumes a K-major contiguous a_scale without checking it.
-    ragged(
+    _legacy("ragged_m_moe_gemm_8bit")(
         (a, a_scale.contiguous()),
         (b, b_scale.contiguous()),
-        group_ids,
+        rows_info,
         scratch,
-        gemm_mode="per_token",
         scale_granularity_mnk=_GRANULARITY,
-        alignment_m=_BLOCK,
+        **mode,
         **_backend_kwargs(),
     )
     out.copy_(torch.where(valid.unsqueeze(1), scratch, out))
 
 
-def group_gemm_masked(call) -> None:
+def group_gemm_masked(call: GroupedMasked) -> None:
     a, b, a_scale, b_scale, masked_m, expected_m, out = call
     masked = _legacy("masked_moe_gemm_8bit")
     rows = a.shape[1]
@@ -299,26 +305,12 @@ def group_gemm_masked(call) -> None:
     out.copy_(torch.where(valid, scratch, out))
 
 
-def group_gemm_segments(call) -> None:
-    a, b, a_scale, b_scale, m_indptr, out = call
-    ragged = _legacy("ragged_m_moe_gemm_8bit")
-    m = a.shape[0]
-    counts = packed_counts(m_indptr, m)
-    valid = rows_in_segments(m_indptr, m)
-    scratch = torch.empty(out.shape, dtype=out.dtype, device=out.device)
-    ragged(
-        (a, a_scale.contiguous()),
-        (b, b_scale.contiguous()),
-        counts,
-        scratch,
-        gemm_mode="per_expert",
-        scale_granularity_mnk=_GRANULARITY,
-        **_backend_kwargs(),
-    )
-    out.copy_(torch.where(valid.unsqueeze(1), scratch, out))
+def group_gemm_segments(call: GroupedSegments) -> None:
+    m_indptr, m = call.m_indptr, call.a.shape[0]
+    _ragged(call, packed_counts(m_indptr, m), rows_in_segments(m_indptr, m), gemm_mode="per_expert")
 
 
-def quantize_fp8_blocks(call) -> None:
+def quantize_fp8_blocks(call: QuantizeBlocks) -> None:
     """MATE has no FP8 block-quantization kernel: the reference's PyTorch operations run on the
     MUSA device."""
     warn_reference(

@@ -13,13 +13,14 @@ import torch
 from flashinfer._core.constants import E4M3_MAX, OUTPUT_SCALE_BLOCK, OUTPUT_SCALE_FLOOR
 from flashinfer.utils import ceil_div
 
-from ._segments import contiguous_rows
+from ._args import Bmm, GroupedContiguous, GroupedMasked, GroupedSegments, Groupwise, QuantizeBlocks
+from ._group_gemm_segments import contiguous_rows
 
 DEEPGEMM_BLOCK = 128
 QUANT_BLOCK_COLS = 128  # fp8_blockscale_gemm_sm90 quantizes blocks of 128 columns
 
 
-def bmm(call) -> None:
+def bmm(call: Bmm) -> None:
     """``out = cast((A.float() @ B.float()) * A_scale * B_scale)`` (:class:`~._args.Bmm`)."""
     acc = torch.matmul(call.A.float(), call.B.float())
     if call.a_scale is not None:
@@ -38,7 +39,7 @@ def _dequantize(x, scale, block_rows, block_cols):
     return x.float() * _expand_blocks(scale.float(), rows, cols, block_rows, block_cols)
 
 
-def gemm_groupwise(call) -> None:
+def gemm_groupwise(call: Groupwise) -> None:
     """``out = dequant(a) @ dequant(b).T``; with ``output_scale``, FP8 E4M3 output per 1x128 block
     (:class:`~._args.Groupwise`)."""
     a_deq = _dequantize(call.a, call.a_scale, call.block_m, call.block_k)
@@ -56,7 +57,7 @@ def gemm_groupwise(call) -> None:
     out.copy_((acc / per_element).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn))
 
 
-def group_gemm_contiguous(call) -> None:
+def group_gemm_contiguous(call: GroupedContiguous) -> None:
     """Row ``r`` of ``out`` is row ``r`` of ``a`` times group ``m_indices[r]`` of ``b``
     (:class:`~._args.GroupedContiguous`).
 
@@ -77,7 +78,7 @@ def group_gemm_contiguous(call) -> None:
     out.copy_(torch.where(valid, acc.to(out.dtype), out))
 
 
-def group_gemm_masked(call) -> None:
+def group_gemm_masked(call: GroupedMasked) -> None:
     """``out[g, r] = dequant(a[g])[r] @ dequant(b[g]).T`` for ``r < masked_m[g]``; other rows kept
     (:class:`~._args.GroupedMasked`).
 
@@ -94,17 +95,17 @@ def group_gemm_masked(call) -> None:
     out.copy_(torch.where(valid, acc.to(out.dtype), out))
 
 
-def group_gemm_segments(call) -> None:
+def group_gemm_segments(call: GroupedSegments) -> None:
     """Rows ``[m_indptr[g], m_indptr[g + 1])`` of ``out`` are those rows of ``a`` times group ``g``
     of ``b`` (:class:`~._args.GroupedSegments`).
 
-    The segments become one group id per row (:func:`flashinfer.gemm._segments.row_groups`);
+    The segments become one group id per row (:func:`flashinfer.gemm._group_gemm_segments.row_groups`);
     rows outside every segment keep their ``out`` values.
     """
     group_gemm_contiguous(contiguous_rows(call))
 
 
-def quantize_fp8_blocks(call) -> None:
+def quantize_fp8_blocks(call: QuantizeBlocks) -> None:
     """E4M3 values and float32 dequantization scales per ``block_rows x 128`` block of ``x``
     (:class:`~._args.QuantizeBlocks`).
 

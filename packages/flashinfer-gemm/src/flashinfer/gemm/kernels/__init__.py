@@ -1,9 +1,19 @@
-"""Triton kernels of the NVIDIA GEMM path.
+"""Triton kernels of the NVIDIA GEMM path, by family.
 
-Each module reads top to bottom like Triton's tutorials: the layout, the autotune configs, the
-kernel, then a launcher that derives strides and the grid and launches (autotuned kernels
-through :class:`flashinfer._core.triton_launch.TunedLaunch`). Importing a module here
-imports Triton; only ``flashinfer.gemm._cuda`` imports them, lazily, on the first CUDA call.
+- :mod:`.bmm`: ``bmm_fp8`` (``fp8_bmm``, the portable kernel; ``gluon_fp8_bmm``, its Hopper tier);
+- :mod:`.blockwise`: the block-scaled GEMMs, dense and grouped (``fp8_blockwise``,
+  ``gluon_fp8_blockwise``), and the block quantization of ``fp8_blockscale_gemm_sm90``
+  (``fp8_quantize``);
+- :mod:`.cutile`: upstream's cuTile module paths;
+- :mod:`.gluon_tma`: what the two Gluon kernels share (tile order, warpgroup shares, TMA
+  descriptors); here, what the Triton kernels share (``banded_tile``, ``group_strides``,
+  ``multiprocessors``).
+
+Each kernel module reads top to bottom like Triton's tutorials: the layout, the autotune configs,
+the kernel, then a launcher that derives strides and the grid and launches (autotuned kernels
+through :class:`flashinfer._core.triton_launch.TunedLaunch`), and imports no other kernel module's
+private names. Importing a module here imports Triton; only ``flashinfer.gemm._cuda`` imports
+them, lazily, on the first CUDA call.
 """
 
 import triton
@@ -11,7 +21,7 @@ import triton.language as tl
 
 from ...utils import get_device_sm_count
 
-__all__ = ["banded_tile", "multiprocessors"]
+__all__ = ["banded_tile", "group_strides", "multiprocessors"]
 
 
 def multiprocessors(device) -> int:
@@ -19,6 +29,12 @@ def multiprocessors(device) -> int:
     if device.type == "cuda":
         return get_device_sm_count(device)  # cached per device
     return 4  # the CPU interpreter: a few programs still exercise the persistent loops
+
+
+def group_strides(x) -> tuple:
+    """``(group, row, column)`` strides of ``x``; a 2-D tensor is shared by all groups (group stride 0)."""
+    strides = x.stride()
+    return strides if len(strides) == 3 else (0, *strides)
 
 
 @triton.jit

@@ -1,9 +1,10 @@
 """``bmm_bf16_cutile`` and ``make_bmm_bf16_tune_cache`` under upstream's import path.
 
 Upstream v0.6.17's cuTile BF16 batched GEMM needs the ``cuda.tile`` compiler, which this build
-does not have. Here the function computes the same product through :func:`flashinfer.gemm.bmm_bf16`
-(whatever implementation serves the tensors' device), with upstream's argument checks; the tune
-cache records one entry per problem key, as upstream's does after its first call for a shape.
+does not have. Here the function checks its arguments as upstream does (plus one device and no
+overlap with ``out``), then computes the product with ``bmm_bf16``'s implementation on the tensors'
+device (:func:`flashinfer.gemm._bmm.run_bmm`, no second validation); the tune cache records one
+entry per problem key, as upstream's does after its first call for a shape.
 """
 
 from __future__ import annotations
@@ -45,10 +46,13 @@ def bmm_bf16_cutile(A: torch.Tensor, B: torch.Tensor, out: torch.Tensor, tune_ca
     ------
     ValueError
         Upstream's checks: 3-D operands, matching batch and k, ``out`` of shape
-        ``[batch, m, n]``, bf16 operands, a bf16/fp16/fp32 contiguous ``out``.
+        ``[batch, m, n]``, bf16 operands, a bf16/fp16/fp32 contiguous ``out``; ours: tensors on
+        different devices, an ``out`` sharing memory with ``A`` or ``B``.
     """
+    from flashinfer._core.checks import check_device, check_no_overlap
     from flashinfer._core.dispatch import implementation_kind
-    from flashinfer.gemm import bmm_bf16
+    from flashinfer.gemm._args import Bmm
+    from flashinfer.gemm._bmm import run_bmm
 
     if A.dim() != 3 or B.dim() != 3:
         raise ValueError(
@@ -68,6 +72,10 @@ def bmm_bf16_cutile(A: torch.Tensor, B: torch.Tensor, out: torch.Tensor, tune_ca
         raise ValueError(f"bmm_bf16_cutile supports bfloat16 / float16 / float32 out; got {out.dtype}")
     if not out.is_contiguous():
         raise ValueError("out must be contiguous (B, M, N) row-major")
+    device = A.device
+    check_device(B, "B", device, "A")
+    check_device(out, "out", device, "A")
+    check_no_overlap(out, "out", ("A", "B"), A, B)
     cache = _BMM_BF16_TUNE_CACHE if tune_cache is None else tune_cache
-    cache.setdefault((batch, m, n, k, A.dtype, A.device), implementation_kind(A.device))
-    return bmm_bf16(A, B, out=out, out_dtype=out.dtype, backend="cutile")
+    cache.setdefault((batch, m, n, k, A.dtype, device), implementation_kind(device))
+    return run_bmm(Bmm(A, B, out), k, device)

@@ -5,14 +5,20 @@ from __future__ import annotations
 import torch
 
 from flashinfer._core.backends import gated
-from flashinfer._core.checks import check_no_overlap, fail, require_tensors
+from flashinfer._core.checks import (
+    check_device,
+    check_k_major,
+    check_no_overlap,
+    check_scale,
+    fail,
+    require_tensors,
+)
 from flashinfer.api_logging import flashinfer_api
-from flashinfer.utils import ceil_div
 
 from ._args import GroupedSegments
 from ._backends import GROUP_GEMM_FP8_NT_GROUPWISE
 from ._dispatch import DISPATCH
-from ._segments import row_block_scales, rows_in_segments
+from ._group_gemm_segments import row_block_scales, rows_in_segments
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _FLOAT32 = torch.float32
@@ -125,10 +131,13 @@ def group_gemm_fp8_nt_groupwise(
         a_shape, b_shape, device = a.shape, b.shape, a.device
         if skip_check:
             dtype = out.dtype if out is not None else (out_dtype or torch.bfloat16)
-        else:  # every rule once, each attribute read once (the reads are the cost)
-            dtype = _check_upstream_rules(
-                a, b, a_scale, b_scale, m_indptr, scale_major_mode, mma_sm, out, out_dtype, a_shape, b_shape
-            )
+        else:  # FlashInfer's rules first, in its order and words; then what it leaves to its kernels
+            _check_upstream_dtypes(a, b, a_scale, b_scale, m_indptr)
+            if scale_major_mode not in ("MN", "K"):
+                raise ValueError(f"scale_major_mode must be either 'MN' or 'K', but got {scale_major_mode}")
+            if mma_sm not in (1, 2):
+                raise ValueError(f"mma_sm must be either 1 or 2, but got {mma_sm}")
+            dtype = _check_upstream_shapes(a, b, m_indptr, a_shape, b_shape, out, out_dtype)
             if backend not in _NAMES:
                 GROUP_GEMM_FP8_NT_GROUPWISE.check(backend)
             if granularity not in _GRANULARITIES:
@@ -136,39 +145,21 @@ def group_gemm_fp8_nt_groupwise(
                 fail(ValueError, "scale_granularity_mnk", expected, str(granularity))
             if backend in GROUP_GEMM_FP8_NT_GROUPWISE.rules:
                 GROUP_GEMM_FP8_NT_GROUPWISE.enforce(backend, scale_major_mode, granularity)
-            # what upstream leaves to its kernels (silently wrong there): devices, strides, shapes
-            for arg, x in (("b", b), ("a_scale", a_scale), ("b_scale", b_scale), ("m_indptr", m_indptr)):
-                if x.device != device:
-                    fail(
-                        ValueError,
-                        arg,
-                        f"a tensor on {device} (the device of `a`)",
-                        f"a tensor on {x.device}",
-                    )
-            for arg, x in (("a", a), ("b", b)):
-                if not x.is_contiguous() and x.stride(-1) != 1 and x.shape[-1] > 1:
-                    fail(ValueError, arg, "a K-major tensor (stride 1 along k)", x)
+            check_device(b, "b", device, "a")
+            check_device(m_indptr, "m_indptr", device, "a")
+            check_k_major(a, "a")
+            check_k_major(b, "b")
             groups, n, k = b_shape
             if m_indptr.shape[0] != groups + 1:
                 expected = f"shape ({groups + 1},) (one offset per group of `b`, plus one)"
                 fail(ValueError, "m_indptr", expected, m_indptr)
             gm, gn, gk = granularity
-            mb, nb, kb = ceil_div(a_shape[0], gm), ceil_div(n, gn), ceil_div(k, gk)
-            if scale_major_mode == "K":
-                a_blocks, b_blocks = (mb, kb), (groups, nb, kb)
-            else:
-                a_blocks, b_blocks = (kb, mb), (groups, kb, nb)
-            for arg, scale, shape in (("a_scale", a_scale, a_blocks), ("b_scale", b_scale, b_blocks)):
-                if scale.shape != shape:
-                    fail(ValueError, arg, f"shape {shape} (scale_major_mode={scale_major_mode!r})", scale)
+            mb, nb, kb = -(-a_shape[0] // gm), -(-n // gn), -(-k // gk)
+            mn = scale_major_mode == "MN"
+            check_scale(a_scale, "a_scale", (kb, mb) if mn else (mb, kb), device, "a")
+            check_scale(b_scale, "b_scale", (groups, kb, nb) if mn else (groups, nb, kb), device, "a")
             if out is not None:
-                if out.device != device:
-                    fail(
-                        ValueError,
-                        "out",
-                        f"a tensor on {device} (the device of `a`)",
-                        f"a tensor on {out.device}",
-                    )
+                check_device(out, "out", device, "a")
                 check_no_overlap(out, "out", ("a", "b"), a, b)
         m, k = a_shape
         groups, n = b_shape[0], b_shape[1]
@@ -188,10 +179,8 @@ def group_gemm_fp8_nt_groupwise(
     return out
 
 
-def _check_upstream_rules(
-    a, b, a_scale, b_scale, m_indptr, scale_major_mode, mma_sm, out, out_dtype, a_shape, b_shape
-):
-    """FlashInfer's own checks, in its order and with its messages; returns the output dtype."""
+def _check_upstream_dtypes(a, b, a_scale, b_scale, m_indptr) -> None:
+    """FlashInfer's dtype checks, in its order and words."""
     if a.dtype not in _FP8:
         raise ValueError(f"a must be a float8 tensor, but got {a.dtype}")
     if b.dtype not in _FP8:
@@ -202,13 +191,13 @@ def _check_upstream_rules(
         raise ValueError(f"b_scale must be a float32 tensor, but got {b_scale.dtype}")
     if m_indptr.dtype != torch.int32:
         raise ValueError(f"m_indptr must be a int32 tensor, but got {m_indptr.dtype}")
-    if scale_major_mode not in ("MN", "K"):
-        raise ValueError(f"scale_major_mode must be either 'MN' or 'K', but got {scale_major_mode}")
-    if mma_sm not in (1, 2):
-        raise ValueError(f"mma_sm must be either 1 or 2, but got {mma_sm}")
-    # upstream reads b.shape[1:] and a.shape[1] next: the ranks are ours to check first
-    for (arg, rank, layout), shape, x in zip(_RANKS, (a_shape, b_shape, None), (a, b, m_indptr)):
-        if len(shape if shape is not None else x.shape) != rank:
+
+
+def _check_upstream_shapes(a, b, m_indptr, a_shape, b_shape, out, out_dtype) -> torch.dtype:
+    """The ranks (ours: upstream reads ``b.shape[1:]`` and ``a.shape[1]`` without checking), then
+    FlashInfer's output and shape checks in its order and words; returns the output dtype."""
+    for (arg, rank, layout), x, shape in zip(_RANKS, (a, b, m_indptr), (a_shape, b_shape, m_indptr.shape)):
+        if len(shape) != rank:
             fail(ValueError, arg, f"a {rank}-D tensor {layout} (shape mismatch)", x)
     n, k = b_shape[1], b_shape[2]
     if out is None:

@@ -1,53 +1,76 @@
-"""``gemm_fp8_nt_groupwise``: the groupwise-scaled FP8 NT GEMM with FlashInfer's signature."""
+"""``gemm_fp8_nt_groupwise`` and ``gemm_fp8_nt_blockscaled``: the dense block-scaled FP8 NT GEMMs.
+
+``gemm_fp8_nt_blockscaled`` is ``gemm_fp8_nt_groupwise`` at granularity ``(128, 128, 128)`` with
+the ``cutlass`` name's rules; both hand :class:`~._args.Groupwise` to the implementation.
+"""
 
 from __future__ import annotations
 
 import torch
 
 from flashinfer._core.backends import gated
-from flashinfer._core.checks import check_no_overlap, describe, fail, require_tensors
+from flashinfer._core.checks import (
+    check_device,
+    check_fp8,
+    check_k_major,
+    check_no_overlap,
+    check_out,
+    check_scale,
+    describe,
+    fail,
+    require_tensors,
+)
 from flashinfer._core.constants import E4M3_MAX, OUTPUT_SCALE_BLOCK, OUTPUT_SCALE_FLOOR
 from flashinfer.api_logging import flashinfer_api
-from flashinfer.utils import ceil_div
 
 from ._args import Groupwise
-from ._backends import GEMM_FP8_NT_GROUPWISE
+from ._backends import GEMM_FP8_NT_BLOCKSCALED, GEMM_FP8_NT_GROUPWISE
 from ._dispatch import DISPATCH
 
 _E4M3 = torch.float8_e4m3fn
-_FLOAT32 = torch.float32
+_BF16 = torch.bfloat16
 _OUT_16BIT = (torch.bfloat16, torch.float16)
 # (gm, gn, gk) that upstream's kernels run: per-row or 128-row A blocks, 128x128 B blocks.
 _GRANULARITIES = ((1, 128, 128), (128, 128, 128))
+_BLOCK_GRANULARITY = _GRANULARITIES[1]
 _MODES = (None, "K", "MN")
 _NAMES = frozenset(GEMM_FP8_NT_GROUPWISE.names)
 _INPUTS = ("a", "b", "a_scale", "b_scale", "output_scale")
 
 
-def _scale_orientation(scale, arg: str, blocks: int, kb: int, trtllm: bool) -> bool:
-    """Whether the logical ``(blocks, kb)`` view of ``scale`` is its transpose, for
-    ``scale_major_mode="MN"`` (storage ``(kb, blocks)``) and the trtllm name.
+def _check_fp8_output(out, dtype, m: int, n: int, device, output_scale) -> None:
+    """With ``output_scale``: FP8 E4M3 output and a contiguous float32 ``(m, ceil(n / 128))`` scale."""
+    if dtype != _E4M3:
+        expected = "torch.float8_e4m3fn (the output dtype when `output_scale` is given)"
+        fail(ValueError, "out" if out is not None else "out_dtype", expected, describe(dtype))
+    shape = (m, -(-n // OUTPUT_SCALE_BLOCK))
+    check_scale(output_scale, "output_scale", shape, device, "a")
+    if not output_scale.is_contiguous():
+        fail(ValueError, "output_scale", f"a contiguous tensor of shape {shape}", output_scale)
 
-    The trtllm name keeps its own convention whatever the mode: ``a_scale`` MN-major in memory,
-    as a contiguous ``(kb, m)`` tensor or its ``(m, kb)`` column-major view (any ``(m, kb)`` view
-    is read through its strides; when m == kb a unit first stride means the column-major view);
+
+def _trtllm_orientation(scale, arg: str, blocks: int, kb: int) -> bool:
+    """Whether the logical ``(blocks, kb)`` view of ``scale`` is its transpose under the trtllm
+    name's convention (whatever ``scale_major_mode`` says): ``a_scale`` MN-major in memory, as a
+    contiguous ``(kb, m)`` tensor or its ``(m, kb)`` column-major view (any ``(m, kb)`` view is
+    read through its strides; when m == kb a unit first stride means the column-major view);
     ``b_scale`` K-major ``(nb, kb)``, a ``(kb, nb)`` tensor (upstream's docstring) being its
     transpose.
     """
     shape = scale.shape
-    if trtllm:
-        if shape == (blocks, kb) and (
-            blocks != kb or arg == "b_scale" or (scale.stride(0) == 1 and scale.stride(1) != 1)
-        ):
-            return False
-        if shape == (kb, blocks):
-            return True
-        layout = "MN-major" if arg == "a_scale" else "K-major"
-        expected = f"shape ({blocks}, {kb}) or ({kb}, {blocks}) (trtllm: {layout})"
-        fail(ValueError, arg, expected, f"shape {tuple(shape)}")
+    if shape == (blocks, kb) and (
+        blocks != kb or arg == "b_scale" or (scale.stride(0) == 1 and scale.stride(1) != 1)
+    ):
+        return False
     if shape == (kb, blocks):
         return True
-    fail(ValueError, arg, f"shape {(kb, blocks)} (scale_major_mode='MN')", f"shape {tuple(shape)}")
+    layout = "MN-major" if arg == "a_scale" else "K-major"
+    fail(
+        ValueError,
+        arg,
+        f"shape ({blocks}, {kb}) or ({kb}, {blocks}) (trtllm: {layout})",
+        f"shape {tuple(shape)}",
+    )
 
 
 @flashinfer_api
@@ -158,13 +181,12 @@ def gemm_fp8_nt_groupwise(
     try:
         a_shape, b_shape, device = a.shape, b.shape, a.device
         granularity = tuple(scale_granularity_mnk)
+        # out's dtype wins over out_dtype; output_scale means FP8 E4M3
         if out is not None:
-            dtype = out.dtype  # out's dtype wins over out_dtype; output_scale means FP8 E4M3
+            dtype = out.dtype
         else:
-            dtype = (
-                out_dtype if out_dtype is not None else (torch.bfloat16 if output_scale is None else _E4M3)
-            )
-        if not skip_check:  # every rule, each once, each attribute read once (reads are the cost)
+            dtype = out_dtype if out_dtype is not None else (_BF16 if output_scale is None else _E4M3)
+        if not skip_check:
             if backend not in _NAMES:
                 GEMM_FP8_NT_GROUPWISE.check(backend)
             if len(a_shape) != 2 or len(b_shape) != 2:
@@ -173,77 +195,45 @@ def gemm_fp8_nt_groupwise(
                     f"a 2-D tensor (shape mismatch. a.shape = {tuple(a_shape)}, b.shape = {tuple(b_shape)})"
                 )
                 fail(ValueError, arg, expected, x)
-            k = a_shape[1]
-            if b_shape[1] != k:
-                fail(
-                    ValueError,
-                    "b",
-                    f"shape (n, {k}) (shape mismatch. a.shape[1] = {k})",
-                    f"shape {tuple(b_shape)}",
-                )
-            if b.device != device:
-                fail(ValueError, "b", f"a tensor on {device} (the device of `a`)", f"a tensor on {b.device}")
-            if a.dtype != _E4M3:
-                fail(ValueError, "a", "dtype torch.float8_e4m3fn (a must be FP8)", f"dtype {a.dtype}")
-            if b.dtype != _E4M3:
-                fail(ValueError, "b", "dtype torch.float8_e4m3fn (b must be FP8)", f"dtype {b.dtype}")
-            if k > 1 and not (a.is_contiguous() or a.stride()[1] == 1):
-                fail(ValueError, "a", "a K-major tensor (stride 1 along k)", a)
-            if k > 1 and not (b.is_contiguous() or b.stride()[1] == 1):
-                fail(ValueError, "b", "a K-major tensor (stride 1 along k)", b)
+            if b_shape[1] != a_shape[1]:
+                expected = f"shape (n, {a_shape[1]}) (shape mismatch. a.shape[1] = {a_shape[1]})"
+                fail(ValueError, "b", expected, f"shape {tuple(b_shape)}")
+            check_device(b, "b", device, "a")
+            check_fp8(a, "a")
+            check_fp8(b, "b")
+            check_k_major(a, "a")
+            check_k_major(b, "b")
             if scale_major_mode not in _MODES:
                 fail(ValueError, "scale_major_mode", "'K', 'MN' or None", describe(scale_major_mode))
             if granularity not in _GRANULARITIES:
-                fail(
-                    ValueError, "scale_granularity_mnk", "(1, 128, 128) or (128, 128, 128)", str(granularity)
-                )
+                expected = "(1, 128, 128) or (128, 128, 128)"
+                fail(ValueError, "scale_granularity_mnk", expected, str(granularity))
             if backend in GEMM_FP8_NT_GROUPWISE.rules:
-                GEMM_FP8_NT_GROUPWISE.enforce(backend, scale_major_mode, granularity, k, output_scale)
-            if a_scale.dtype != _FLOAT32 or a_scale.device != device:
-                _fail_scale(a_scale, "a_scale", device)
-            if b_scale.dtype != _FLOAT32 or b_scale.device != device:
-                _fail_scale(b_scale, "b_scale", device)
-            if output_scale is not None and (output_scale.dtype != _FLOAT32 or output_scale.device != device):
-                _fail_scale(output_scale, "output_scale", device)
-            if output_scale is None:
-                if dtype not in _OUT_16BIT:
-                    expected = "torch.bfloat16 or torch.float16 (unsupported output dtype)"
-                    fail(ValueError, "out" if out is not None else "out_dtype", expected, describe(dtype))
-            else:
-                _check_fp8_output(a_shape[0], b_shape[0], out, dtype, output_scale)
-            if out is not None:
-                if out.shape != (a_shape[0], b_shape[0]):
-                    shape = (a_shape[0], b_shape[0])
-                    fail(
-                        ValueError,
-                        "out",
-                        f"shape {shape} (output shape mismatch)",
-                        f"shape {tuple(out.shape)}",
-                    )
-                if out.device != device:
-                    fail(
-                        ValueError,
-                        "out",
-                        f"a tensor on {device} (the device of `a`)",
-                        f"a tensor on {out.device}",
-                    )
-                check_no_overlap(out, "out", _INPUTS, a, b, a_scale, b_scale, output_scale)
+                GEMM_FP8_NT_GROUPWISE.enforce(
+                    backend, scale_major_mode, granularity, a_shape[1], output_scale
+                )
         (m, k), n = a_shape, b_shape[0]
         gm, gn, gk = granularity
-        a_mn = b_mn = False
-        if scale_major_mode == "MN" or backend == "trtllm":
-            kb = ceil_div(k, gk)
-            trtllm = backend == "trtllm"
-            a_mn = _scale_orientation(a_scale, "a_scale", ceil_div(m, gm), kb, trtllm)
-            b_mn = _scale_orientation(b_scale, "b_scale", ceil_div(n, gn), kb, trtllm)
-        elif not skip_check:  # K-major storage: the logical (blocks, k blocks) shape itself
-            kb = ceil_div(k, gk)
-            if a_scale.shape != (ceil_div(m, gm), kb) or b_scale.shape != (ceil_div(n, gn), kb):
-                arg, scale, blocks = ("a_scale", a_scale, ceil_div(m, gm))
-                if a_scale.shape == (blocks, kb):
-                    arg, scale, blocks = ("b_scale", b_scale, ceil_div(n, gn))
-                expected = f"shape {(blocks, kb)} (scale_major_mode={scale_major_mode or 'K'!r})"
-                fail(ValueError, arg, expected, f"shape {tuple(scale.shape)}")
+        mb, nb, kb = -(-m // gm), -(-n // gn), -(-k // gk)
+        trtllm = backend == "trtllm"
+        if not skip_check:
+            # the scales' stored shapes: (blocks, k blocks), transposed for "MN"; trtllm takes both
+            mn = scale_major_mode == "MN"
+            check_scale(a_scale, "a_scale", None if trtllm else (kb, mb) if mn else (mb, kb), device, "a")
+            check_scale(b_scale, "b_scale", None if trtllm else (kb, nb) if mn else (nb, kb), device, "a")
+            if output_scale is not None:
+                _check_fp8_output(out, dtype, m, n, device, output_scale)
+            elif dtype not in _OUT_16BIT:
+                expected = "torch.bfloat16 or torch.float16 (unsupported output dtype)"
+                fail(ValueError, "out" if out is not None else "out_dtype", expected, describe(dtype))
+            if out is not None:
+                check_out(out, (m, n), dtype, device)
+                check_no_overlap(out, "out", _INPUTS, a, b, a_scale, b_scale, output_scale)
+        if trtllm:
+            a_mn = _trtllm_orientation(a_scale, "a_scale", mb, kb)
+            b_mn = _trtllm_orientation(b_scale, "b_scale", nb, kb)
+        else:
+            a_mn = b_mn = scale_major_mode == "MN"
     except AttributeError:
         require_tensors(
             a=a, b=b, a_scale=a_scale, b_scale=b_scale, out=out, output_scale=output_scale,
@@ -264,17 +254,76 @@ def gemm_fp8_nt_groupwise(
     return out
 
 
-def _fail_scale(scale, arg: str, device) -> None:
-    if scale.dtype != _FLOAT32:
-        fail(ValueError, arg, "dtype torch.float32 (dequantization multipliers)", f"dtype {scale.dtype}")
-    fail(ValueError, arg, f"a tensor on {device} (the device of `a`)", f"a tensor on {scale.device}")
+@flashinfer_api
+@gated(GEMM_FP8_NT_BLOCKSCALED)
+def gemm_fp8_nt_blockscaled(
+    a,
+    b,
+    a_scale,
+    b_scale,
+    scale_major_mode="MN",
+    mma_sm=1,
+    out=None,
+    out_dtype=None,
+    *,
+    skip_check=False,
+):
+    """Block-scaled FP8 NT GEMM: :func:`gemm_fp8_nt_groupwise` with granularity ``(128, 128, 128)``.
 
+    ``out[i, j] = sum_kb sa(i // 128, kb) * sb(j // 128, kb) * sum_{k in kb} a[i, k] * b[j, k]``,
+    accumulated in float32 and cast once (the ``cutlass`` rules of the groupwise GEMM apply).
 
-def _check_fp8_output(m: int, n: int, out, dtype, output_scale) -> None:
-    """With ``output_scale``: FP8 E4M3 output and a contiguous ``(m, ceil(n / 128))`` scale."""
-    if dtype != _E4M3:
-        expected = "torch.float8_e4m3fn (the output dtype when `output_scale` is given)"
-        fail(ValueError, "out" if out is not None else "out_dtype", expected, describe(dtype))
-    shape = (m, ceil_div(n, OUTPUT_SCALE_BLOCK))
-    if output_scale.shape != shape or not output_scale.is_contiguous():
-        fail(ValueError, "output_scale", f"a contiguous tensor of shape {shape}", output_scale)
+    Parameters
+    ----------
+    a : torch.Tensor
+        ``[m, k]`` float8_e4m3fn, K-major.
+    b : torch.Tensor
+        ``[n, k]`` float8_e4m3fn, K-major (the weight, transposed).
+    a_scale : torch.Tensor
+        float32, one multiplier per 128 x 128 block of ``a``: ``[ceil(k/128), ceil(m/128)]``
+        for ``"MN"`` (default), ``[ceil(m/128), ceil(k/128)]`` for ``"K"``; any strides.
+    b_scale : torch.Tensor
+        float32 per 128 x 128 block of ``b``: ``[ceil(k/128), ceil(n/128)]`` (``"MN"``) or
+        ``[ceil(n/128), ceil(k/128)]`` (``"K"``).
+    scale_major_mode : {"MN", "K"}
+        How the scales are stored; required (None raises, as upstream's CUTLASS path).
+    mma_sm : int
+        A performance hint of upstream's CUTLASS kernel; accepted and ignored.
+    out : torch.Tensor, optional
+        ``[m, n]`` bf16/fp16, written in place and returned (its dtype wins over
+        ``out_dtype``); any strides. When None, a contiguous tensor is allocated.
+    out_dtype : torch.dtype, optional
+        ``torch.bfloat16`` (default) or ``torch.float16``.
+    skip_check : bool, keyword-only
+        Skip argument validation (FlashInfer's hidden keyword).
+
+    Returns
+    -------
+    torch.Tensor
+        ``out``, ``[m, n]``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`gemm_fp8_nt_groupwise` with ``backend="cutlass"``: shapes, dtypes, scale
+        shapes, ``scale_major_mode=None`` ("scale_major_mode is required in CUTLASS"), ``out``.
+
+    Notes
+    -----
+    Upstream runs this on Blackwell only; here it runs on every device, through the groupwise
+    GEMM's implementations.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from flashinfer.gemm import gemm_fp8_nt_blockscaled
+    >>> a = torch.randn(256, 256).to(torch.float8_e4m3fn)
+    >>> b = torch.randn(128, 256).to(torch.float8_e4m3fn)
+    >>> gemm_fp8_nt_blockscaled(a, b, torch.ones(2, 2), torch.ones(2, 1)).shape
+    torch.Size([256, 128])
+    """
+    # positional: keywords cost host time; `cutlass` keeps its rules, no FP8 output
+    return gemm_fp8_nt_groupwise(
+        a, b, a_scale, b_scale, scale_major_mode, mma_sm, _BLOCK_GRANULARITY, out, out_dtype, "cutlass", None,
+        skip_check=skip_check,
+    )  # fmt: skip

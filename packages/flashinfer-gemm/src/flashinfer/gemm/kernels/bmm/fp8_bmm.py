@@ -27,9 +27,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..._core.triton_launch import TunedLaunch
-from ...utils import ceil_div, next_positive_power_of_2
-from . import banded_tile, multiprocessors
+from ...._core.triton_launch import TunedLaunch
+from ....utils import ceil_div, next_positive_power_of_2
+from .. import banded_tile, multiprocessors
 
 MIN_BLOCK_K = 128  # the smallest BLOCK_K of the autotuned tiles
 

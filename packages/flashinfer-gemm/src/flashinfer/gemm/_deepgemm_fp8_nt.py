@@ -7,9 +7,15 @@ import operator
 import torch
 
 from flashinfer._core.backends import gated
-from flashinfer._core.checks import check_no_overlap, describe, fail, require_tensors
+from flashinfer._core.checks import (
+    check_device,
+    check_no_overlap,
+    check_scale,
+    describe,
+    fail,
+    require_tensors,
+)
 from flashinfer.api_logging import flashinfer_api
-from flashinfer.utils import ceil_div
 
 from ._args import GroupedContiguous, GroupedMasked
 from ._backends import BATCH_DEEPGEMM_FP8_NT_GROUPWISE, GROUP_DEEPGEMM_FP8_NT_GROUPWISE
@@ -20,65 +26,50 @@ _E4M3 = torch.float8_e4m3fn
 _FLOAT32 = torch.float32
 _INT32 = torch.int32
 _GRANULARITY = (1, _BLOCK, _BLOCK)
+_CONTIGUOUS_INPUTS = ("a", "b", "a_scale", "b_scale", "m_indices")
+_MASKED_INPUTS = ("a", "b", "a_scale", "b_scale", "masked_m")
 
 
-def _check_common(
-    a, b, a_shape, b_shape, a_scale, b_scale, index, index_arg, granularity, out, dtype
-) -> None:
-    """The rules both layouts share (operand dtypes and majorness, index, scales, output)."""
-    device = a.device
-    if b.device != device or index.device != device or a_scale.device != device or b_scale.device != device:
-        arg, x = next(
-            (arg, x)
-            for arg, x in (("b", b), (index_arg, index), ("a_scale", a_scale), ("b_scale", b_scale))
-            if x.device != device
-        )
-        fail(ValueError, arg, f"a tensor on {device} (the device of `a`)", f"a tensor on {x.device}")
-    if a.dtype != _E4M3:
-        fail(ValueError, "a", "dtype torch.float8_e4m3fn (a must be float8_e4m3fn)", f"dtype {a.dtype}")
-    if b.dtype != _E4M3:
-        fail(ValueError, "b", "dtype torch.float8_e4m3fn (b must be float8_e4m3fn)", f"dtype {b.dtype}")
+def _check_operand(x, arg: str) -> None:
+    """DeepGEMM's operand asserts, in its words: float8_e4m3fn, K-major."""
+    if x.dtype != _E4M3:
+        fail(ValueError, arg, f"dtype torch.float8_e4m3fn ({arg} must be float8_e4m3fn)", f"dtype {x.dtype}")
+    if not x.is_contiguous() and x.stride()[-1] != 1 and x.shape[-1] > 1:
+        expected = f"a tensor with unit stride in its last dimension (major_{arg} must be KMajor)"
+        fail(ValueError, arg, expected, x)
+
+
+def _check_common(a, b, a_scale, b_scale, index, names: tuple, out, dtype) -> None:
+    """The rules both layouts share (operands, index, scales, output); the scale shapes are the
+    layouts' own. ``names`` names the inputs, the index last."""
+    device, index_arg = a.device, names[-1]
+    check_device(b, "b", device, "a")
+    check_device(index, index_arg, device, "a")
+    _check_operand(a, "a")
+    _check_operand(b, "b")
     if index.dtype != _INT32:
         fail(ValueError, index_arg, f"dtype torch.int32 ({index_arg} must be int32)", f"dtype {index.dtype}")
     if index.dim() != 1 or not index.is_contiguous():
         fail(ValueError, index_arg, f"a contiguous 1-D tensor ({index_arg} must be contiguous)", index)
-    if a_shape[-1] > 1 and not (a.is_contiguous() or a.stride()[-1] == 1):
-        fail(ValueError, "a", "a tensor with unit stride in its last dimension (major_a must be KMajor)", a)
-    if b_shape[-1] > 1 and not (b.is_contiguous() or b.stride()[-1] == 1):
-        fail(ValueError, "b", "a tensor with unit stride in its last dimension (major_b must be KMajor)", b)
-    if granularity != _GRANULARITY:
-        fail(ValueError, "scale_granularity_mnk", "(1, 128, 128)", str(granularity))
-    if a_scale.dtype != _FLOAT32:
-        fail(
-            ValueError,
-            "a_scale",
-            "dtype torch.float32 (dequantization multipliers)",
-            f"dtype {a_scale.dtype}",
-        )
-    if b_scale.dtype != _FLOAT32:
-        fail(
-            ValueError,
-            "b_scale",
-            "dtype torch.float32 (dequantization multipliers)",
-            f"dtype {b_scale.dtype}",
-        )
+    check_scale(a_scale, "a_scale", None, device, "a")
+    check_scale(b_scale, "b_scale", None, device, "a")
     if dtype != torch.bfloat16:
         arg = "out" if out is not None else "out_dtype"
         fail(ValueError, arg, "torch.bfloat16 (d must be bfloat16)", describe(dtype))
     if out is not None:
-        if out.device != device:
-            fail(ValueError, "out", f"a tensor on {device} (the device of `a`)", f"a tensor on {out.device}")
-        if out.shape[-1] > 1 and not (out.is_contiguous() or out.stride()[-1] == 1):
-            fail(
-                ValueError, "out", "a tensor with unit stride in its last dimension (d must be N-major)", out
-            )
-        names = ("a", "b", "a_scale", "b_scale", index_arg)
+        check_device(out, "out", device, "a")
+        if not out.is_contiguous() and out.stride()[-1] != 1 and out.shape[-1] > 1:
+            expected = "a tensor with unit stride in its last dimension (d must be N-major)"
+            fail(ValueError, "out", expected, out)
         check_no_overlap(out, "out", names, a, b, a_scale, b_scale, index)
 
 
-def _check_scale_shape(scale, arg: str, shape: tuple) -> None:
+def _check_scale_shapes(a_scale, b_scale, a_blocks: tuple, b_blocks: tuple) -> None:
     # Upstream checks scale layouts with Python asserts, so the type is AssertionError.
-    if scale.shape != shape:
+    if a_scale.shape != a_blocks or b_scale.shape != b_blocks:
+        arg, scale, shape = ("a_scale", a_scale, a_blocks)
+        if a_scale.shape == a_blocks:
+            arg, scale, shape = ("b_scale", b_scale, b_blocks)
         fail(AssertionError, arg, f"shape {shape}", f"shape {tuple(scale.shape)}")
 
 
@@ -171,16 +162,15 @@ def group_deepgemm_fp8_nt_groupwise(
                 expected = "a (m, k), b (G, n, k), m_indices (m,) (shape mismatch)"
                 got = f"a {tuple(a_shape)}, b {tuple(b_shape)}, m_indices {tuple(m_indices.shape)}"
                 fail(ValueError, "b" if len(a_shape) == 2 else "a", expected, got)
-            _check_common(
-                a, b, a_shape, b_shape, a_scale, b_scale, m_indices, "m_indices", granularity, out, dtype
-            )
+            if granularity != _GRANULARITY:
+                fail(ValueError, "scale_granularity_mnk", "(1, 128, 128)", str(granularity))
+            _check_common(a, b, a_scale, b_scale, m_indices, _CONTIGUOUS_INPUTS, out, dtype)
             (m, k), (groups, n) = a_shape, b_shape[:2]
             if out is not None and out.shape != (m, n):
                 expected = f"shape {(m, n)} (shape mismatch. m = {m}, n = {n})"
                 fail(ValueError, "out", expected, f"shape {tuple(out.shape)}")
-            kb = ceil_div(k, _BLOCK)
-            _check_scale_shape(a_scale, "a_scale", (m, kb))
-            _check_scale_shape(b_scale, "b_scale", (groups, ceil_div(n, _BLOCK), kb))
+            kb = -(-k // _BLOCK)
+            _check_scale_shapes(a_scale, b_scale, (m, kb), (groups, -(-n // _BLOCK), kb))
     except AttributeError:
         require_tensors(
             a=a, b=b, a_scale=a_scale, b_scale=b_scale, m_indices=m_indices, out=out, optional=("out",)
@@ -193,11 +183,6 @@ def group_deepgemm_fp8_nt_groupwise(
         return out
     if k == 0:
         valid = (m_indices >= 0) & (m_indices < b_shape[0])
-        return out.masked_fill_(valid.unsqueeze(1), 0)
-    DISPATCH.module(a.device).group_gemm_contiguous(GroupedContiguous(a, b, a_scale, b_scale, m_indices, out))
-    return out
-    if k == 0:
-        valid = (m_indices >= 0) & (m_indices < b.shape[0])
         return out.masked_fill_(valid.unsqueeze(1), 0)
     DISPATCH.module(a.device).group_gemm_contiguous(GroupedContiguous(a, b, a_scale, b_scale, m_indices, out))
     return out
@@ -284,9 +269,9 @@ def batch_deepgemm_fp8_nt_groupwise(
             if len(a_shape) != 3 or len(b_shape) != 3:
                 arg, x = ("a", a) if len(a_shape) != 3 else ("b", b)
                 fail(ValueError, arg, "a 3-D tensor (G, rows, k)", x)
-            _check_common(
-                a, b, a_shape, b_shape, a_scale, b_scale, masked_m, "masked_m", granularity, out, dtype
-            )
+            if granularity != _GRANULARITY:
+                fail(ValueError, "scale_granularity_mnk", "(1, 128, 128)", str(granularity))
+            _check_common(a, b, a_scale, b_scale, masked_m, _MASKED_INPUTS, out, dtype)
             groups, m, k = a_shape
             n = b_shape[1]
             out_shape = None if out is None else out.shape
@@ -306,9 +291,8 @@ def batch_deepgemm_fp8_nt_groupwise(
                 expected = "expected_m, m, n, k, num_groups all greater than 0"
                 got = f"expected_m={expected_m}, m={m}, n={n}, k={k}, num_groups={groups}"
                 fail(ValueError, "expected_m", expected, got)
-            kb = ceil_div(k, _BLOCK)
-            _check_scale_shape(a_scale, "a_scale", (groups, m, kb))
-            _check_scale_shape(b_scale, "b_scale", (groups, ceil_div(n, _BLOCK), kb))
+            kb = -(-k // _BLOCK)
+            _check_scale_shapes(a_scale, b_scale, (groups, m, kb), (groups, -(-n // _BLOCK), kb))
     except AttributeError:
         require_tensors(
             a=a, b=b, a_scale=a_scale, b_scale=b_scale, masked_m=masked_m, out=out, optional=("out",)

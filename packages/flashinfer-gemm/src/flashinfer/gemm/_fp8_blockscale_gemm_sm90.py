@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from flashinfer._core.checks import check_no_overlap, fail, require_tensors
+from flashinfer._core.checks import check_device, check_k_major, check_no_overlap, fail, require_tensors
 from flashinfer.api_logging import flashinfer_api
 from flashinfer.utils import ceil_div
 
@@ -100,8 +100,7 @@ def _check_scales(input_dtype, weight_dtype, input_scale, weight_scale, device, 
             )
         if weight_scale.dtype != torch.float32:
             raise ValueError(f"weight_scale must be float32, got {weight_scale.dtype}")
-        if weight_scale.device != device:
-            _wrong_device(weight_scale, "weight_scale", device)
+        check_device(weight_scale, "weight_scale", device, "input")
     else:
         if weight_dtype != _BF16:
             raise ValueError(
@@ -132,10 +131,6 @@ def _output_dtype(out, out_dtype, M, N, device) -> torch.dtype:
     if out_dtype is not None and dtype != out_dtype:
         raise ValueError(f"Output dtype mismatch. Expected {out_dtype}, got {dtype}")
     return dtype
-
-
-def _wrong_device(x, arg: str, device) -> None:
-    fail(ValueError, arg, f"a tensor on {device} (the device of `input`)", f"a tensor on {x.device}")
 
 
 @flashinfer_api
@@ -217,11 +212,9 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
         dtype = _output_dtype(out, out_dtype, M, N, device)
         # what upstream's kernel assumes without checking: one device, K-major operands, an
         # `out` that does not share memory with the operands
-        if weight.device != device:
-            _wrong_device(weight, "weight", device)
-        for arg, x in (("input", input), ("weight", weight)):
-            if not x.is_contiguous() and x.stride(1) != 1 and x.shape[1] > 1:
-                fail(ValueError, arg, "a K-major tensor (stride 1 along K)", x)
+        check_device(weight, "weight", device, "input")
+        check_k_major(input, "input")
+        check_k_major(weight, "weight")
         if out is not None:
             check_no_overlap(out, "out", ("input", "weight"), input, weight)
     except AttributeError:

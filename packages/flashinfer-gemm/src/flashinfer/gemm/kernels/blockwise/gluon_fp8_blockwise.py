@@ -58,7 +58,6 @@ CUDA graph. Needs Triton 3.6's Gluon API (``flashinfer._core.kernel_tier``).
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -69,18 +68,16 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ..._core.triton_launch import FastLaunch
-from ...utils import ceil_div
-from . import multiprocessors
+from ...._core.triton_launch import FastLaunch
+from ....utils import ceil_div
+from .. import group_strides, multiprocessors
+from ..gluon_tma import SUB_M, banded, share_col, share_row, tma_rows_descriptor
 
 DENSE = gl.constexpr(0)
 CONTIGUOUS = gl.constexpr(1)
 MASKED = gl.constexpr(2)
 E4M3_MAX = gl.constexpr(448.0)
-BLOCK_K = 128  # one scale block of K a step: the wgmma accumulator never spans two
-SUB_M = gl.constexpr(64)  # rows of one warpgroup's wgmma
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,15 +179,6 @@ def pick_config(layout: int, rows: int, n: int, tiles_m: int, num_sms: int, out_
 # the tile schedule, computed identically by every partition
 
 
-@gluon.jit
-def _banded(tile, tiles_m, tiles_n, GROUP_M: gl.constexpr):
-    # (row tile, column tile): row tiles in bands of GROUP_M share B columns in L2
-    band = tile // (GROUP_M * tiles_n)
-    first_m = band * GROUP_M
-    band_rows = gl.minimum(tiles_m - first_m, GROUP_M)
-    return first_m + tile % band_rows, (tile % (GROUP_M * tiles_n)) // band_rows
-
-
 @gluon.constexpr_function
 def _pow2(x):
     return 1 << (x - 1).bit_length()
@@ -202,7 +190,7 @@ def _tile_coords(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP
     tiles_m = gl.cdiv(M, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)
     per_group = tiles_m * tiles_n
-    pid_m, pid_n = _banded(tile % per_group, tiles_m, tiles_n, GROUP_M)
+    pid_m, pid_n = banded(tile % per_group, tiles_m, tiles_n, GROUP_M)
     return tile // per_group, pid_m * BLOCK_M, pid_n * BLOCK_N
 
 
@@ -376,18 +364,6 @@ def _store_sub_tile(
         gl.store(ptrs, values, mask=row_ok[:, None] & (cols < N)[None, :])
 
 
-@gluon.constexpr_function
-def _share_row(block_m, warpgroup):
-    # first row of a math warpgroup's share: 64 rows each of a 128- or 192-row tile
-    return 0 if block_m == SUB_M.value else warpgroup * SUB_M.value
-
-
-@gluon.constexpr_function
-def _share_col(block_m, sub_n, warpgroup):
-    # first column of a math warpgroup's share: half the columns each of a 64-row tile
-    return warpgroup * sub_n if block_m == SUB_M.value else 0
-
-
 @gluon.jit
 def _math(
     rings, pointers, sizes, strides,
@@ -410,8 +386,8 @@ def _math(
     # this warpgroup's share of the tile: 64 rows (BLOCK_M = 128, 192) or half the columns (64),
     # HALVES wgmmas of SUB_N columns each (a 256-column share is two 128-column halves that take
     # turns in one wgmma accumulator: 64 registers for the product, 128 for the two sums)
-    ROW0: gl.constexpr = _share_row(BLOCK_M, WARPGROUP)
-    COL0: gl.constexpr = _share_col(BLOCK_M, SUB_N, WARPGROUP)
+    ROW0: gl.constexpr = share_row(BLOCK_M, WARPGROUP)
+    COL0: gl.constexpr = share_col(BLOCK_M, SUB_N, WARPGROUP)
     k_steps = gl.cdiv(K, BK)
     it = 0
     ids = _tile_ids(gl.program_id(0), rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, 4)
@@ -557,30 +533,6 @@ def fp8_blockwise_ws_kernel(
 _LAUNCH = FastLaunch(fp8_blockwise_ws_kernel, varying=("M", "num_tiles", "num_programs"))
 
 
-@functools.cache
-def _box_layout(rows: int):
-    # 128-byte rows of FP8: the 128-byte swizzle wgmma reads without bank conflicts
-    return gl.NVMMASharedLayout.get_default_for([rows, BLOCK_K], gl.float8e4nv)
-
-
-def tma_descriptor(base, shape, strides, block_shape, layout) -> TensorDescriptor:
-    """A host TMA descriptor, built without ``TensorDescriptor``'s checks (about 13 us of host time
-    a descriptor): the callers have checked what TMA needs (16-byte aligned base and strides,
-    unit last stride; ``flashinfer.gemm._cuda``). The compiled launcher encodes it per launch."""
-    descriptor = object.__new__(TensorDescriptor)
-    descriptor.__dict__.update(
-        base=base, shape=shape, strides=strides, block_shape=block_shape, layout=layout, padding="zero"
-    )
-    return descriptor
-
-
-def _tma_rows(t, rows: int, box_rows: int) -> TensorDescriptor:
-    """``t`` (2-D, or 3-D with packed groups) read by TMA as ``[rows, k]`` in ``box_rows x 128`` boxes."""
-    return tma_descriptor(
-        t, [rows, t.shape[-1]], [t.stride(-2), 1], [box_rows, BLOCK_K], _box_layout(box_rows)
-    )
-
-
 def _aligned_rows(out) -> bool:
     """Whether ``out``'s rows are runs of 16-byte aligned vectors (unit last stride, base and other
     strides multiples of 16 bytes): the epilogue then stores 16 bytes a thread, else element-wise."""
@@ -589,24 +541,21 @@ def _aligned_rows(out) -> bool:
     return strides[-1] == 1 and out.data_ptr() % 16 == 0 and all(s % vec == 0 for s in strides[:-1])
 
 
-def _strides3(x) -> tuple:
-    # (group, row, column) strides; a 2-D tensor is shared by all groups
-    strides = x.stride()
-    return strides if len(strides) == 3 else (0, *strides)
-
-
-def _launch(
-    a, b, a_scale, b_scale, rows, out, output_scale, m, n, k, groups, m_hint, layout, scale_bm, config
-):
-    """Shared launcher: ``a`` is ``[m, k]`` or ``[G, m, k]``, ``b`` is ``[n, k]`` or ``[G, n, k]``."""
+def _launch(layout: int, operands: tuple, sizes: tuple, scale_bm: int, config) -> None:
+    """Shared launcher. ``operands`` is ``(a, b, a_scale, b_scale, rows, out, output_scale)``:
+    ``a`` ``[m, k]`` or ``[G, m, k]``, ``b`` ``[n, k]`` or ``[G, n, k]``, ``rows`` the layout's
+    int32 tensor (or None), ``output_scale`` None but for FP8 output. ``sizes`` is
+    ``(m, n, k, groups, m_hint)``, ``m_hint`` the rows a group is expected to have."""
+    a, b, a_scale, b_scale, rows, out, output_scale = operands
+    m, n, k, groups, m_hint = sizes
     num_sms = multiprocessors(a.device)
     tiles_m = groups * ceil_div(m_hint, 128) if layout == MASKED.value else ceil_div(m, 128)
     out_fp8 = output_scale is not None
     if config is None:
         config = pick_config(layout, m_hint, n, tiles_m, num_sms, out_fp8)
     a_rows = groups * m if layout == MASKED.value else m
-    a_desc = _tma_rows(a, a_rows, config.a_box)
-    b_desc = _tma_rows(b, groups * n, config.block_n)
+    a_desc = tma_rows_descriptor(a, a_rows, config.a_box)
+    b_desc = tma_rows_descriptor(b, groups * n, config.block_n)
     per_group = ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
     num_tiles = groups * per_group if layout == MASKED.value else per_group
     num_programs = min(num_tiles, num_sms)
@@ -616,7 +565,7 @@ def _launch(
         rows if rows is not None else a_scale,
         output_scale if out_fp8 else a_scale,
         m, n, k, groups, num_tiles, num_programs,
-        *_strides3(out), *_strides3(a_scale), *_strides3(b_scale),
+        *group_strides(out), *group_strides(a_scale), *group_strides(b_scale),
         output_scale.stride(0) if out_fp8 else 0,
         SCALE_BM=scale_bm, LAYOUT=layout, OUT_FP8=out_fp8, OUT_ALIGNED=_aligned_rows(out),
         BLOCK_M=config.block_m, BLOCK_N=config.block_n,
@@ -641,23 +590,8 @@ def gemm_groupwise(call, config=None) -> None:
     a, b, out, output_scale = call.a, call.b, call.out, call.output_scale
     m, k = a.shape
     n = b.shape[0]
-    _launch(
-        a,
-        b,
-        call.a_scale,
-        call.b_scale,
-        None,
-        out,
-        output_scale,
-        m,
-        n,
-        k,
-        1,
-        m,
-        DENSE.value,
-        call.block_m,
-        config,
-    )
+    operands = (a, b, call.a_scale, call.b_scale, None, out, output_scale)
+    _launch(DENSE.value, operands, (m, n, k, 1, m), call.block_m, config)
 
 
 def group_gemm_contiguous(call, config=None) -> None:
@@ -674,7 +608,8 @@ def group_gemm_contiguous(call, config=None) -> None:
     a, b, a_scale, b_scale, m_indices, out = call
     m, k = a.shape
     groups, n, _ = b.shape
-    _launch(a, b, a_scale, b_scale, m_indices, out, None, m, n, k, groups, m, CONTIGUOUS.value, 1, config)
+    operands = (a, b, a_scale, b_scale, m_indices, out, None)
+    _launch(CONTIGUOUS.value, operands, (m, n, k, groups, m), 1, config)
 
 
 def group_gemm_masked(call, config=None) -> None:
@@ -693,4 +628,5 @@ def group_gemm_masked(call, config=None) -> None:
     groups, m, k = a.shape
     n = b.shape[1]
     m_hint = max(1, min(expected_m, m))
-    _launch(a, b, a_scale, b_scale, masked_m, out, None, m, n, k, groups, m_hint, MASKED.value, 1, config)
+    operands = (a, b, a_scale, b_scale, masked_m, out, None)
+    _launch(MASKED.value, operands, (m, n, k, groups, m_hint), 1, config)

@@ -36,11 +36,11 @@ import math
 import triton
 import triton.language as tl
 
-from ..._core.constants import E4M3_MAX as _E4M3_MAX
-from ..._core.constants import OUTPUT_SCALE_BLOCK, OUTPUT_SCALE_FLOOR
-from ..._core.triton_launch import TunedLaunch
-from ...utils import next_positive_power_of_2
-from . import banded_tile, multiprocessors
+from ...._core.constants import E4M3_MAX as _E4M3_MAX
+from ...._core.constants import OUTPUT_SCALE_BLOCK, OUTPUT_SCALE_FLOOR
+from ...._core.triton_launch import TunedLaunch
+from ....utils import next_positive_power_of_2
+from .. import banded_tile, group_strides, multiprocessors
 
 # layouts and the e4m3 limit, as constexpr globals so the kernel can read them
 DENSE = tl.constexpr(0)
@@ -212,16 +212,12 @@ fp8_blockwise_tuned = triton.autotune(
 _TUNED = TunedLaunch(fp8_blockwise_tuned, varying=("M",))
 
 
-def _strides3(x) -> tuple:
-    # (group, row, column) strides; a 2-D tensor is shared by all groups
-    strides = x.stride()
-    return strides if len(strides) == 3 else (0, *strides)
-
-
-def _launch(layout, a, b, a_scale, b_scale, rows, out, output_scale, m_hint: int, scale_block: tuple, config):
-    """Shared launcher: ``a``/``b``/``out``/scales are 3-D (group, rows, cols), or 2-D and
-    shared by every group (group stride 0, read without making a view); ``rows`` is
-    ``m_indices`` (contiguous), ``masked_m`` (masked) or None."""
+def _launch(layout, operands: tuple, m_hint: int, scale_block: tuple, config) -> None:
+    """Shared launcher. ``operands`` is ``(a, b, a_scale, b_scale, rows, out, output_scale)``:
+    ``a``/``b``/``out``/scales are 3-D (group, rows, cols), or 2-D and shared by every group
+    (group stride 0, read without making a view); ``rows`` is ``m_indices`` (contiguous),
+    ``masked_m`` (masked) or None; ``output_scale`` None but for FP8 output."""
+    a, b, a_scale, b_scale, rows, out, output_scale = operands
     m, k = a.shape[-2:]
     n = b.shape[-2]
     groups = b.shape[0] if b.dim() == 3 else 1
@@ -234,7 +230,7 @@ def _launch(layout, a, b, a_scale, b_scale, rows, out, output_scale, m_hint: int
     args = (
         a, b, out, a_scale, b_scale, rows_arg, out_scale_arg,
         m, n, k, groups, next_positive_power_of_2(m_hint),
-        *_strides3(a), *_strides3(b), *_strides3(out), *_strides3(a_scale), *_strides3(b_scale),
+        *group_strides(a), *group_strides(b), *group_strides(out), *group_strides(a_scale), *group_strides(b_scale),
         output_scale.stride(0) if out_fp8 else 0,
     )  # fmt: skip
     constants = {
@@ -269,9 +265,8 @@ def gemm_groupwise(call, config=None):
     """
     scale_block = (call.block_m, call.block_n, call.block_k)
     a, out, output_scale = call.a, call.out, call.output_scale
-    _launch(
-        DENSE, a, call.b, call.a_scale, call.b_scale, None, out, output_scale, a.shape[0], scale_block, config
-    )
+    operands = (a, call.b, call.a_scale, call.b_scale, None, out, output_scale)
+    _launch(DENSE, operands, a.shape[0], scale_block, config)
 
 
 def group_gemm_contiguous(call, config=None):
@@ -286,7 +281,7 @@ def group_gemm_contiguous(call, config=None):
     """
     a, b, a_scale, b_scale, m_indices, out = call
     # a, a_scale and out (2-D) are shared by all groups
-    _launch(CONTIGUOUS, a, b, a_scale, b_scale, m_indices, out, None, a.shape[0], (1, 128, 128), config)
+    _launch(CONTIGUOUS, (a, b, a_scale, b_scale, m_indices, out, None), a.shape[0], (1, 128, 128), config)
 
 
 def group_gemm_masked(call, config=None):
@@ -302,4 +297,4 @@ def group_gemm_masked(call, config=None):
     """
     a, b, a_scale, b_scale, masked_m, expected_m, out = call
     hint = min(expected_m, a.shape[1])
-    _launch(MASKED, a, b, a_scale, b_scale, masked_m, out, None, hint, (1, 128, 128), config)
+    _launch(MASKED, (a, b, a_scale, b_scale, masked_m, out, None), hint, (1, 128, 128), config)

@@ -50,20 +50,19 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ..._core.triton_launch import FastLaunch
-from ...utils import ceil_div
-from . import multiprocessors
-from .gluon_fp8_blockwise import (
+from ...._core.triton_launch import FastLaunch
+from ....utils import ceil_div
+from .. import multiprocessors
+from ..gluon_tma import (
+    BLOCK_K,
     SUB_M,
-    _banded,
-    _box_layout,
-    _share_col,
-    _share_row,
-    _tma_rows,
+    banded,
+    box_layout,
+    share_col,
+    share_row,
     tma_descriptor,
+    tma_rows_descriptor,
 )
-
-BLOCK_K = 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +108,7 @@ def _producer(
     it = 0
     for tile in range(gl.program_id(0), num_tiles, num_programs):
         batch = tile // (tiles_m * tiles_n)
-        pid_m, pid_n = _banded(tile % (tiles_m * tiles_n), tiles_m, tiles_n, GROUP_M)
+        pid_m, pid_n = banded(tile % (tiles_m * tiles_n), tiles_m, tiles_n, GROUP_M)
         for step in range(k_steps):
             stage = it % STAGES
             mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
@@ -134,15 +133,15 @@ def _math(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, SUB_N, 32]
     )
     BK: gl.constexpr = a_ring.type.shape[2]
-    ROW0: gl.constexpr = _share_row(BLOCK_M, WARPGROUP)
-    COL0: gl.constexpr = _share_col(BLOCK_M, SUB_N, WARPGROUP)
+    ROW0: gl.constexpr = share_row(BLOCK_M, WARPGROUP)
+    COL0: gl.constexpr = share_col(BLOCK_M, SUB_N, WARPGROUP)
     tiles_m = gl.cdiv(M, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)
     k_steps = gl.cdiv(K, BK)
     it = 0
     for tile in range(gl.program_id(0), num_tiles, num_programs):
         batch = tile // (tiles_m * tiles_n)
-        pid_m, pid_n = _banded(tile % (tiles_m * tiles_n), tiles_m, tiles_n, GROUP_M)
+        pid_m, pid_n = banded(tile % (tiles_m * tiles_n), tiles_m, tiles_n, GROUP_M)
         row0 = pid_m * BLOCK_M + ROW0
         col0 = pid_n * BLOCK_N + COL0
         rows = row0 + gl.arange(0, SUB_M, layout=gl.SliceLayout(1, mma_layout))
@@ -241,10 +240,10 @@ def fp8_bmm(call, config=None) -> None:
     n = B.shape[2]
     if config is None:
         config = pick_config(m, n)
-    a_desc = _tma_rows(A, batch * m, config.block_m)
+    a_desc = tma_rows_descriptor(A, batch * m, config.block_m)
     # B (batch, k, n) column-major is B^T (batch, n, k) with rows along k
     b_desc = tma_descriptor(
-        B, [batch * n, k], [B.stride(2), 1], [config.block_n, BLOCK_K], _box_layout(config.block_n)
+        B, [batch * n, k], [B.stride(2), 1], [config.block_n, BLOCK_K], box_layout(config.block_n)
     )
     out_desc = tma_descriptor(
         out, [batch, m, n], [out.stride(0), out.stride(1), 1], [1, SUB_M.value, config.sub_n],

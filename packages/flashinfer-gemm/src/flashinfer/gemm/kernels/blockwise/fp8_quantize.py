@@ -21,9 +21,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..._core.constants import E4M3_MAX as _E4M3_MAX
-from ..._core.triton_launch import FastLaunch
-from ...utils import ceil_div
+from ...._core.constants import E4M3_MAX as _E4M3_MAX
+from ...._core.triton_launch import FastLaunch
+from ....utils import ceil_div
 
 E4M3_MAX = tl.constexpr(_E4M3_MAX)
 SCALE_COLS = 128
