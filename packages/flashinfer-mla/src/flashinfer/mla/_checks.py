@@ -14,7 +14,7 @@ from typing import NoReturn
 import torch
 
 from .._core.backends import BackendTable
-from .._core.checks import check_no_overlap, describe, fail
+from .._core.checks import check_device, check_no_overlap, describe, fail
 from ..utils import get_device_sm_count, get_trtllm_gen_multi_ctas_kv_counter_bytes
 
 # Every name runs this device's implementation; none keeps a rule of its own.
@@ -55,13 +55,7 @@ def check_scale(scale, name: str, device: torch.device) -> float | torch.Tensor:
             raise TypeError(f"{name} tensor must have dtype torch.float32, got {scale.dtype}")
         if scale.numel() != 1:
             fail(ValueError, name, "a float or a one-element float32 tensor", scale)
-        if scale.device != device:
-            fail(
-                ValueError,
-                name,
-                f"a tensor on {device} (the device of `query`)",
-                f"a tensor on {scale.device}",
-            )
+        check_device(scale, name, device, "query")
         return scale
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         fail(TypeError, name, "a float or a one-element float32 tensor", describe(scale))
@@ -106,13 +100,7 @@ def check_query_and_cache(
     strides = kv_cache.stride()
     if strides[-1] != 1:
         fail(ValueError, "kv_cache", "a tensor whose last dimension is contiguous (stride 1)", kv_cache)
-    if kv_cache.device != query.device:
-        fail(
-            ValueError,
-            "kv_cache",
-            f"a tensor on {query.device} (the device of `query`)",
-            f"a tensor on {kv_cache.device}",
-        )
+    check_device(kv_cache, "kv_cache", query.device, "query")
     if sparse:
         check_page_stride(kv_cache, "head_dim")
 
@@ -150,8 +138,7 @@ def check_int32(x, name: str, shape: tuple, device: torch.device, contiguous: bo
         fail(ValueError, name, "dtype torch.int32", f"dtype {x.dtype}")
     if x.shape != shape:
         fail(ValueError, name, f"shape {shape}", x)
-    if x.device != device:
-        fail(ValueError, name, f"a tensor on {device} (the device of `query`)", f"a tensor on {x.device}")
+    check_device(x, name, device, "query")
     if contiguous and not x.is_contiguous():
         fail(ValueError, name, "a contiguous tensor", x)
 
@@ -181,13 +168,7 @@ def check_workspace(workspace, device: torch.device) -> None:
     """The caller's scratch bytes: a 1-D int8/uint8 tensor on ``device`` (never zeroed here)."""
     if workspace.dtype not in WORKSPACE_DTYPES or workspace.dim() != 1:
         fail(ValueError, "workspace_buffer", "a 1-D int8 or uint8 tensor (scratch bytes)", workspace)
-    if workspace.device != device:
-        fail(
-            ValueError,
-            "workspace_buffer",
-            f"a tensor on {device} (the device of `query`)",
-            f"a tensor on {workspace.device}",
-        )
+    check_device(workspace, "workspace_buffer", device, "query")
 
 
 def check_sinks(sinks, heads: int, device: torch.device) -> torch.Tensor:
@@ -205,13 +186,7 @@ def check_sinks(sinks, heads: int, device: torch.device) -> torch.Tensor:
         fail(ValueError, "sinks", "a [num_heads] float32 tensor", describe(sinks))
     if sinks.dtype != _FLOAT32 or sinks.shape != (heads,):
         fail(ValueError, "sinks", f"a float32 tensor of shape ({heads},)", sinks)
-    if sinks.device != device:
-        fail(
-            ValueError,
-            "sinks",
-            f"a tensor on {device} (the device of `query`)",
-            f"a tensor on {sinks.device}",
-        )
+    check_device(sinks, "sinks", device, "query")
     return sinks
 
 
@@ -245,8 +220,7 @@ def check_lse(lse, rows: int, q_len: int, heads: int, device: torch.device) -> N
             f"a float32 tensor of shape ({rows}, {heads}) or ({batch}, {q_len}, {heads})",
             lse,
         )
-    if lse.device != device:
-        fail(ValueError, "lse", f"a tensor on {device} (the device of `query`)", f"a tensor on {lse.device}")
+    check_device(lse, "lse", device, "query")
 
 
 def check_counter_buffer(buffer, batch: int, heads: int, device: torch.device) -> None:
