@@ -215,6 +215,7 @@ def sparse_decode(call):
             lse.view(rows, heads) if direct_lse else torch.empty((rows, padded_heads), device=query.device)
         )
     tensor_bmm2 = isinstance(bmm2_scale, torch.Tensor)
+    plan = call.plan  # the caller's metadata, planned for this shape; else this call's own
     fn(
         query=mate_query,
         kv_cache=kv.view(kv.shape[0], 1, dim),
@@ -231,7 +232,7 @@ def sparse_decode(call):
         bmm2_scale=1.0 if tensor_bmm2 else bmm2_scale,
         lse=mate_lse,
         return_lse=want_lse,
-        metadata=call.plan,
+        metadata=decode_plan(batch, q_len, heads, topk, query.device) if plan is None else plan,
     )
 
     out_rows = mate_out[:, 0, :heads]
