@@ -40,15 +40,9 @@ MAX_HEADS = 128
 
 
 def check(options: DecodeOptions) -> tuple[Decode | None, object]:
-    """Validate a call on the packed cache (``kv_cache`` is uint8) and make its record.
-
-    Returns
-    -------
-    tuple
-        ``(call, result)``: the :class:`~._args.Decode` record (None for an empty problem: there
-        is nothing to compute) and what the public function returns (``out``, or ``(out, lse)``
-        with ``return_lse``).
-    """
+    """Validate a call on the packed cache (``kv_cache`` is uint8) and make its record: returns
+    ``(call, result)`` like :func:`._unpacked_decode.check` (``call.seq_lens`` holds the per-token
+    top-k lengths, or None: every column)."""
     (
         query, kv_cache, workspace, kv_lora_rank, rope_dim, block_tables, seq_lens, topk, out, bmm1_scale,
         _, sinks, _, _, lse, return_lse, _, cum_seq_lens_q, counter_buffer, _, metadata,
