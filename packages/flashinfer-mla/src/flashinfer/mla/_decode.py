@@ -191,11 +191,11 @@ def trtllm_batch_decode_with_kv_cache_mla(
     if isinstance(kv_cache, torch.Tensor) and kv_cache.dtype == _PACKED_DTYPE:
         call, result = _packed_decode.check(options)  # upstream's `sparse` backend form
         if call is not None:
-            DISPATCH.module(call.query.device).packed_sparse_decode(call)
+            DISPATCH.module(query.device).packed_sparse_decode(call)
         return result
     call, result = _unpacked_decode.check(options)
     if call is not None:
-        impl = DISPATCH.module(call.query.device)
+        impl = DISPATCH.module(query.device)
         if sparse_mla_top_k:
             impl.sparse_decode(call)
         else:

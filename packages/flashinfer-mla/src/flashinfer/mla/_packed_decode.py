@@ -45,9 +45,31 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
     top-k lengths, or None: every column)."""
     (
         query, kv_cache, workspace, kv_lora_rank, rope_dim, block_tables, seq_lens, topk, out, bmm1_scale,
-        _, sinks, _, _, lse, return_lse, _, cum_seq_lens_q, counter_buffer, _, metadata,
+        bmm2_scale, sinks, skip_softmax, uses_shared_paged_kv_idx, lse, return_lse, kv_scale_format,
+        cum_seq_lens_q, counter_buffer, topk_lens, metadata,
     ) = options  # fmt: skip
-    _check_options(options)
+    # ---- options, in upstream's order
+    if (
+        type(bmm1_scale) is not float
+        or not -math.inf < bmm1_scale < math.inf
+        or type(bmm2_scale) is not float
+        or bmm2_scale != 1.0
+    ):
+        _check_scales(bmm1_scale, bmm2_scale)
+    if topk_lens is not None:
+        raise ValueError(
+            "sparse_mla_top_k_lens is only supported by the native qk_rope_head_dim=0 MLA path, not with "
+            "the packed 656-byte kv_cache (pass the per-token top-k lengths as seq_lens)"
+        )
+    if type(topk) is not int or topk <= 0:
+        raise ValueError(f"{_FORM} requires sparse_mla_top_k > 0, got {topk!r}")
+    if skip_softmax is not None:
+        raise ValueError("skip_softmax is not supported for sparse MLA")
+    if not uses_shared_paged_kv_idx:
+        raise ValueError(f"{_FORM} expects shared sparse page indices (uses_shared_paged_kv_idx=True)")
+    if kv_scale_format not in KV_SCALE_FORMATS:
+        check_scale_format(kv_scale_format)
+
     # ---- tensors, in upstream's order
     try:
         if not isinstance(query, torch.Tensor):
@@ -87,10 +109,9 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         if lse is not None:
             _checks.check_lse(lse, batch * q_len, q_len, heads, device)
     except AttributeError:
-        o = options
         require_tensors(
             ValueError, kv_cache=kv_cache, workspace_buffer=workspace, block_tables=block_tables,
-            seq_lens=seq_lens, out=out, lse=lse, multi_ctas_kv_counter_buffer=o.multi_ctas_kv_counter_buffer,
+            seq_lens=seq_lens, out=out, lse=lse, multi_ctas_kv_counter_buffer=counter_buffer,
             optional=("workspace_buffer", "block_tables", "seq_lens", "out", "lse", "multi_ctas_kv_counter_buffer"),
         )  # fmt: skip
         raise
@@ -118,32 +139,6 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         workspace,
     )
     return Decode._make(record), result
-
-
-def _check_options(options: DecodeOptions) -> None:
-    """This form's option rules (no tensors), in upstream's order."""
-    bmm1_scale, bmm2_scale = options.bmm1_scale, options.bmm2_scale
-    if (
-        type(bmm1_scale) is not float
-        or not -math.inf < bmm1_scale < math.inf
-        or type(bmm2_scale) is not float
-        or bmm2_scale != 1.0
-    ):
-        _check_scales(bmm1_scale, bmm2_scale)
-    if options.sparse_mla_top_k_lens is not None:
-        raise ValueError(
-            "sparse_mla_top_k_lens is only supported by the native qk_rope_head_dim=0 MLA path, not with "
-            "the packed 656-byte kv_cache (pass the per-token top-k lengths as seq_lens)"
-        )
-    topk = options.sparse_mla_top_k
-    if type(topk) is not int or topk <= 0:
-        raise ValueError(f"{_FORM} requires sparse_mla_top_k > 0, got {topk!r}")
-    if options.skip_softmax_threshold_scale_factor is not None:
-        raise ValueError("skip_softmax is not supported for sparse MLA")
-    if not options.uses_shared_paged_kv_idx:
-        raise ValueError(f"{_FORM} expects shared sparse page indices (uses_shared_paged_kv_idx=True)")
-    if options.kv_scale_format not in KV_SCALE_FORMATS:
-        check_scale_format(options.kv_scale_format)
 
 
 def _check_indices(block_tables, shape: tuple, device) -> None:

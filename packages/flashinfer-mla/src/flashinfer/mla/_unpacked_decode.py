@@ -37,9 +37,33 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         bmm2_scale, sinks, skip_softmax, uses_shared_paged_kv_idx, lse, return_lse, _, cum_seq_lens_q,
         counter_buffer, topk_lens, metadata,
     ) = options  # fmt: skip
-    _check_options(options)
+    # ---- options, in FlashInfer's order
+    if (kv_lora_rank, rope_dim) not in _checks.MLA_DIMS:
+        raise ValueError(
+            f"Unsupported MLA dimensions: kv_lora_rank={kv_lora_rank}, qk_rope_head_dim={rope_dim}; "
+            f"expected one of {list(_checks.MLA_DIMS)}"
+        )
+    if not isinstance(topk, int) or topk < 0:
+        fail(ValueError, "sparse_mla_top_k", "a non-negative int (0: dense decode)", describe(topk))
+    sparse, native = topk > 0, rope_dim == 0
+    if native and (not sparse or topk_lens is None):
+        raise ValueError(
+            "the native (512, 0) MLA dimensions need sparse_mla_top_k > 0 and sparse_mla_top_k_lens"
+        )
+    if topk_lens is not None and not native:
+        raise ValueError("sparse_mla_top_k_lens is only supported with the native (512, 0) MLA dimensions")
+    if sparse and topk % 4:
+        raise RuntimeError(f"SparseMlaTopK must be a multiple of 4, got sparse_mla_top_k={topk}")
+    if sparse and skip_softmax is not None:
+        raise ValueError("skip_softmax is not supported for sparse MLA")
+    if not uses_shared_paged_kv_idx:
+        raise NotImplementedError(
+            "uses_shared_paged_kv_idx=False (separate K and V page tables) is not served by this build; "
+            "MLA reads K and V from the same cache rows, pass one shared page table"
+        )
+
+    # ---- tensors
     compact = cum_seq_lens_q is not None
-    sparse = topk > 0
     try:
         q_shape = query.shape
         _checks.check_query_and_cache(query, q_shape, kv_cache, kv_lora_rank, rope_dim, compact, sparse)
@@ -120,34 +144,6 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
     return Decode._make(
         (query4, kv_cache, indices, seq, bmm1, bmm2, sinks, out4, lse4, plan, workspace)
     ), result
-
-
-def _check_options(options: DecodeOptions) -> None:
-    """This form's option rules (no tensors), in FlashInfer's order."""
-    kv_lora_rank, rope_dim, topk = options.kv_lora_rank, options.qk_rope_head_dim, options.sparse_mla_top_k
-    if (kv_lora_rank, rope_dim) not in _checks.MLA_DIMS:
-        raise ValueError(
-            f"Unsupported MLA dimensions: kv_lora_rank={kv_lora_rank}, qk_rope_head_dim={rope_dim}; "
-            f"expected one of {list(_checks.MLA_DIMS)}"
-        )
-    if not isinstance(topk, int) or topk < 0:
-        fail(ValueError, "sparse_mla_top_k", "a non-negative int (0: dense decode)", describe(topk))
-    sparse, native, topk_lens = topk > 0, rope_dim == 0, options.sparse_mla_top_k_lens
-    if native and (not sparse or topk_lens is None):
-        raise ValueError(
-            "the native (512, 0) MLA dimensions need sparse_mla_top_k > 0 and sparse_mla_top_k_lens"
-        )
-    if topk_lens is not None and not native:
-        raise ValueError("sparse_mla_top_k_lens is only supported with the native (512, 0) MLA dimensions")
-    if sparse and topk % 4:
-        raise RuntimeError(f"SparseMlaTopK must be a multiple of 4, got sparse_mla_top_k={topk}")
-    if sparse and options.skip_softmax_threshold_scale_factor is not None:
-        raise ValueError("skip_softmax is not supported for sparse MLA")
-    if not options.uses_shared_paged_kv_idx:
-        raise NotImplementedError(
-            "uses_shared_paged_kv_idx=False (separate K and V page tables) is not served by this build; "
-            "MLA reads K and V from the same cache rows, pass one shared page table"
-        )
 
 
 def _name_non_tensor(options: DecodeOptions) -> None:
