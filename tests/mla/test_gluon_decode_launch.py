@@ -48,8 +48,8 @@ def test_both_launches_bind_every_kernel_parameter(monkeypatch, dtype, splits, p
     pytest.importorskip(
         "triton.experimental.gluon", reason="the Gluon kernels need Triton's Gluon (Triton >= 3.5)"
     )
-    from flashinfer.mla.kernels import mla_decode as portable
     from flashinfer.mla.kernels import mla_decode_gluon as glu
+    from flashinfer.mla.kernels.mla_decode_shared import key_rows
 
     decode, combine = Recorder(glu.mla_decode_gluon_kernel), Recorder(glu.mla_combine_kernel)
     monkeypatch.setattr(glu, "_DECODE", decode)
@@ -69,7 +69,7 @@ def test_both_launches_bind_every_kernel_parameter(monkeypatch, dtype, splits, p
         plan=dataclasses.replace(glu.plan_decode_gluon(batch, q_len, heads, 2048, 132), num_splits=splits),
         workspace=torch.empty(1 << 24, dtype=torch.uint8),
     )
-    glu.mla_decode(call, portable.key_rows(call, paged=page_size > 0))
+    glu.mla_decode(call, key_rows(call, paged=page_size > 0))
     assert len(decode.calls) == 1 and len(combine.calls) == (splits > 1)
     for recorder in (decode, combine):
         for _grid, args, kwargs in recorder.calls:

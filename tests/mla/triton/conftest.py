@@ -21,6 +21,8 @@ KERNELS = {
     "flashinfer.mla.kernels.rope_quantize": "rope_quantize_kernel",
     "flashinfer.mla.kernels.mla_decode": "mla_decode_kernel",
 }
+# what the decode kernels import (the combine kernel): dropped with them, decorated again first
+SHARED = {"flashinfer.mla.kernels.mla_decode_shared": "mla_combine_kernel"}
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +31,7 @@ def kernels():
     from triton_interpreter import patch_interpreter
 
     patch_interpreter()
-    for name, kernel in KERNELS.items():
+    for name, kernel in {**SHARED, **KERNELS}.items():
         module = sys.modules.get(name)
         if module is not None and type(getattr(module, kernel)).__name__ != "InterpretedFunction":
             del sys.modules[name]

@@ -171,8 +171,15 @@ def sparse_call(case, bmm1, bmm2, sinks, out, lse, plan, workspace):
     )
 
 
+def shared_host():
+    """The host code both decode tiers share (imported after ``kernels`` has decorated it)."""
+    from flashinfer.mla.kernels import mla_decode_shared
+
+    return mla_decode_shared
+
+
 def launch(md, call, paged):
-    md.mla_decode(call, md.key_rows(call, paged))
+    md.mla_decode(call, shared_host().key_rows(call, paged))
 
 
 def sparse_keys(case):
@@ -264,7 +271,7 @@ def test_sparse_decode_small_workspace_reduces_splits(kernels, seed):
     case = sparse_case(batch, q_len, heads, 576, topk, slots, torch.bfloat16)
     part_bytes = batch * q_len * heads * 513 * 4
     workspace = torch.full((2 * part_bytes + 16,), 0xFF, dtype=torch.uint8)
-    assert md._workspace_splits(8, batch * q_len * heads, 512, workspace.numel()) == 2
+    assert shared_host()._workspace_splits(8, batch * q_len * heads, 512, workspace.numel()) == 2
     out = torch.full((batch, q_len, heads, 512), math.nan, dtype=torch.bfloat16)
     lse = torch.full((batch, q_len, heads), math.nan)
     plan = make_plan(md, batch, q_len, heads, topk, 8)
@@ -311,7 +318,7 @@ def test_plan_depends_on_shape_only(kernels):
     _, md = kernels
     plans = {md.plan_decode(b, q, h, 2048, 132) for b in (1, 8, 128) for q in (1, 2) for h in (16, 128)}
     for plan in plans:
-        assert 1 <= plan.num_splits <= md.MAX_SPLITS
+        assert 1 <= plan.num_splits <= shared_host().MAX_SPLITS
     one = md.plan_decode(1, 1, 128, 2048, 132)
     assert one.num_splits > 1, "a single request is split over the key list"
     assert md.plan_decode(128, 1, 128, 2048, 132).num_splits == 1, "a full wave needs no combine"
@@ -325,14 +332,14 @@ def test_the_combine_launch_names_every_constexpr():
     import inspect
     import re
 
-    from flashinfer.mla.kernels import mla_decode
+    from flashinfer.mla.kernels import mla_decode_shared
 
-    kernel = getattr(mla_decode.mla_combine_kernel, "fn", mla_decode.mla_combine_kernel)
+    kernel = getattr(mla_decode_shared.mla_combine_kernel, "fn", mla_decode_shared.mla_combine_kernel)
     combine = {
         name
         for name, p in inspect.signature(kernel).parameters.items()
         if "constexpr" in str(p.annotation) and p.default is inspect.Parameter.empty
     }
     assert "SINK_IN_LSE" in combine
-    launch = inspect.getsource(mla_decode.launch_combine)
+    launch = inspect.getsource(mla_decode_shared.launch_combine)
     assert combine <= set(re.findall(r"(\w+)=", launch))

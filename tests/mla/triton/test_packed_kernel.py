@@ -26,7 +26,9 @@ INT32_MAX = 2**31 - 1
 
 def launch_packed(md, call, length_mode):
     """The launcher's record holds the pool as a cache of one-row pages."""
-    md.mla_decode(call, md.key_rows(call, False), packed=True, length_mode=length_mode)
+    from flashinfer.mla.kernels.mla_decode_shared import key_rows
+
+    md.mla_decode(call, key_rows(call, False), packed=True, length_mode=length_mode)
 
 
 def packed_pool(slots, pow2=True):

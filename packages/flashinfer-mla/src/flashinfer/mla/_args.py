@@ -55,6 +55,40 @@ class Rope(NamedTuple):
     k_nope_out: torch.Tensor
 
 
+class DecodeOptions(NamedTuple):
+    """The arguments of ``trtllm_batch_decode_with_kv_cache_mla`` that a cache form's ``check``
+    reads, as the caller passed them (nothing validated yet but the options every form shares:
+    ``backend``, ``max_q_len``, the DCP options, ``use_fp16_softmax``).
+
+    Each cache form (``_unpacked_decode``: rows in the query's dtype; ``_packed_decode``: the
+    656-byte rows) has a ``check(options)`` that validates these by its own rules, allocates the
+    outputs and returns the :class:`Decode` record. The fields keep the public names (see the
+    public function's docstring).
+    """
+
+    query: torch.Tensor
+    kv_cache: torch.Tensor
+    workspace_buffer: torch.Tensor
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    block_tables: torch.Tensor
+    seq_lens: torch.Tensor | None
+    sparse_mla_top_k: int
+    out: torch.Tensor | None
+    bmm1_scale: float | torch.Tensor
+    bmm2_scale: float | torch.Tensor
+    sinks: object
+    skip_softmax_threshold_scale_factor: float | None
+    uses_shared_paged_kv_idx: bool
+    lse: torch.Tensor | None
+    return_lse: bool
+    kv_scale_format: str
+    cum_seq_lens_q: torch.Tensor | None
+    multi_ctas_kv_counter_buffer: torch.Tensor | None
+    sparse_mla_top_k_lens: torch.Tensor | None
+    metadata: object
+
+
 class Decode(NamedTuple):
     """One MLA decode call, sparse (per-token slot lists) or dense (page tables).
 
@@ -88,8 +122,9 @@ class Decode(NamedTuple):
         ``log2(sum_j exp(s_j))`` without sinks, written in place; its 3-D view is :attr:`lse3`.
         Empty rows: out 0, lse +inf.
     plan : object
-        Sparse: the implementation's ``decode_plan`` for this shape (None for the reference);
-        dense: None.
+        Sparse: the implementation's ``decode_plan`` for this call's shape, from the caller's
+        ``metadata``; None: the implementation plans the call itself (it owns its schedule).
+        Dense: None.
     workspace : torch.Tensor
         The caller's 1-D int8/uint8 ``workspace_buffer`` (not zeroed), for scratch.
     """

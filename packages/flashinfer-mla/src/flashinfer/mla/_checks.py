@@ -3,7 +3,13 @@
 Each rule is written once and reads shapes, dtypes, strides and devices only (never tensor
 values), so it is legal inside graph capture. Exception types follow FlashInfer v0.6.17: its
 Python checks raise ``ValueError``/``TypeError``, its C++ checks surface as ``RuntimeError``.
-The option rules (no tensors) are at the top of the function itself, in FlashInfer's order.
+The option rules both cache forms share are at the top of the public function; each form's own
+in its ``check``.
+
+The device rule is :func:`flashinfer._core.checks.check_device`; the passing path tests the
+device inline before calling it, as every guarded rule here does (``if x.device != device:``), so
+a call that passes costs no function call per tensor (about 70 ns each, over the budget of
+``benchmarks/host_overhead.py`` with the seven tensors a decode reads).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from typing import NoReturn
 import torch
 
 from .._core.backends import BackendTable
-from .._core.checks import check_no_overlap, describe, fail
+from .._core.checks import check_device, check_no_overlap, describe, fail
 from ..utils import get_device_sm_count, get_trtllm_gen_multi_ctas_kv_counter_bytes
 
 # Every name runs this device's implementation; none keeps a rule of its own.
@@ -56,12 +62,7 @@ def check_scale(scale, name: str, device: torch.device) -> float | torch.Tensor:
         if scale.numel() != 1:
             fail(ValueError, name, "a float or a one-element float32 tensor", scale)
         if scale.device != device:
-            fail(
-                ValueError,
-                name,
-                f"a tensor on {device} (the device of `query`)",
-                f"a tensor on {scale.device}",
-            )
+            check_device(scale, name, device, "query")
         return scale
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         fail(TypeError, name, "a float or a one-element float32 tensor", describe(scale))
@@ -107,12 +108,7 @@ def check_query_and_cache(
     if strides[-1] != 1:
         fail(ValueError, "kv_cache", "a tensor whose last dimension is contiguous (stride 1)", kv_cache)
     if kv_cache.device != query.device:
-        fail(
-            ValueError,
-            "kv_cache",
-            f"a tensor on {query.device} (the device of `query`)",
-            f"a tensor on {kv_cache.device}",
-        )
+        check_device(kv_cache, "kv_cache", query.device, "query")
     if sparse:
         check_page_stride(kv_cache, "head_dim")
 
@@ -144,14 +140,14 @@ def check_page_stride(kv_cache, row: str) -> None:
         fail(ValueError, "kv_cache", expected, kv_cache)
 
 
-def check_int32(x, name: str, shape: tuple, device: torch.device, contiguous: bool = True) -> None:
-    """An int32 tensor of exactly ``shape`` on ``device``."""
+def check_int32(x, name: str, shape: tuple | None, device: torch.device, contiguous: bool = True) -> None:
+    """An int32 tensor of exactly ``shape`` (None: a shape the caller has checked) on ``device``."""
     if x.dtype != _INT32:
         fail(ValueError, name, "dtype torch.int32", f"dtype {x.dtype}")
-    if x.shape != shape:
+    if shape is not None and x.shape != shape:
         fail(ValueError, name, f"shape {shape}", x)
     if x.device != device:
-        fail(ValueError, name, f"a tensor on {device} (the device of `query`)", f"a tensor on {x.device}")
+        check_device(x, name, device, "query")
     if contiguous and not x.is_contiguous():
         fail(ValueError, name, "a contiguous tensor", x)
 
@@ -163,7 +159,7 @@ def check_sparse_indices(block_tables, shape: tuple, device: torch.device) -> No
             f"Expected page_table.shape == {shape} for `block_tables` in sparse mode "
             f"([batch, q_len, sparse_mla_top_k] of physical token slots), got {tuple(block_tables.shape)}"
         )
-    check_int32(block_tables, "block_tables", shape, device)
+    check_int32(block_tables, "block_tables", None, device)
 
 
 def check_dense_tables(block_tables, batch: int, device: torch.device) -> None:
@@ -174,7 +170,7 @@ def check_dense_tables(block_tables, batch: int, device: torch.device) -> None:
             "to read [batch, q_len, sparse_mla_top_k] sparse indices)"
         )
         fail(ValueError, "block_tables", expected, block_tables)
-    check_int32(block_tables, "block_tables", block_tables.shape, device, contiguous=False)
+    check_int32(block_tables, "block_tables", None, device, contiguous=False)
 
 
 def check_workspace(workspace, device: torch.device) -> None:
@@ -182,12 +178,7 @@ def check_workspace(workspace, device: torch.device) -> None:
     if workspace.dtype not in WORKSPACE_DTYPES or workspace.dim() != 1:
         fail(ValueError, "workspace_buffer", "a 1-D int8 or uint8 tensor (scratch bytes)", workspace)
     if workspace.device != device:
-        fail(
-            ValueError,
-            "workspace_buffer",
-            f"a tensor on {device} (the device of `query`)",
-            f"a tensor on {workspace.device}",
-        )
+        check_device(workspace, "workspace_buffer", device, "query")
 
 
 def check_sinks(sinks, heads: int, device: torch.device) -> torch.Tensor:
@@ -206,12 +197,7 @@ def check_sinks(sinks, heads: int, device: torch.device) -> torch.Tensor:
     if sinks.dtype != _FLOAT32 or sinks.shape != (heads,):
         fail(ValueError, "sinks", f"a float32 tensor of shape ({heads},)", sinks)
     if sinks.device != device:
-        fail(
-            ValueError,
-            "sinks",
-            f"a tensor on {device} (the device of `query`)",
-            f"a tensor on {sinks.device}",
-        )
+        check_device(sinks, "sinks", device, "query")
     return sinks
 
 
@@ -246,7 +232,7 @@ def check_lse(lse, rows: int, q_len: int, heads: int, device: torch.device) -> N
             lse,
         )
     if lse.device != device:
-        fail(ValueError, "lse", f"a tensor on {device} (the device of `query`)", f"a tensor on {lse.device}")
+        check_device(lse, "lse", device, "query")
 
 
 def check_counter_buffer(buffer, batch: int, heads: int, device: torch.device) -> None:

@@ -29,14 +29,16 @@ __all__ = ["decode_plan", "dense_decode", "packed_sparse_decode", "rope_quantize
 
 # the Gluon decode kernel's widths: 512 latent + 64 rope dims
 GLUON_DECODE_DIMS = (512, 576)
+_SPARSE_OP = "trtllm_batch_decode_with_kv_cache_mla (sparse)"
+_DENSE_OP = "trtllm_batch_decode_with_kv_cache_mla (dense)"
 
 
 @functools.cache
 def _kernels():
-    from .kernels import mla_decode
+    from .kernels import mla_decode, mla_decode_shared
     from .kernels import rope_quantize as rope
 
-    return rope, mla_decode
+    return rope, mla_decode, mla_decode_shared
 
 
 @functools.cache
@@ -84,13 +86,14 @@ def decode_plan(batch: int, q_len: int, heads: int, topk: int, device) -> Decode
 
 
 def _decode_kernel(call, paged: bool):
-    """(kernel module, that kernel's plan, the key rows) for a decode call.
+    """(kernel module, that kernel's plan, the key rows) of a decode call: the one place a call's
+    kernel tier is picked.
 
     Gluon on Hopper for the DeepSeek widths when the key rows are 16-byte aligned (its cp.async
     copies), else the portable kernel; ``call.plan`` holds both tiers' plans (``DecodePlans``).
     """
-    portable = _kernels()[1]
-    rows = portable.key_rows(call, paged)
+    _, portable, shared = _kernels()
+    rows = shared.key_rows(call, paged)
     query = call.query
     if (
         (call.out.shape[-1], query.shape[-1]) == GLUON_DECODE_DIMS
@@ -101,11 +104,6 @@ def _decode_kernel(call, paged: bool):
     ):
         return _gluon_kernels(), call.plan.gluon, rows
     return portable, call.plan.portable, rows
-
-
-def _launch(call, paged: bool) -> None:
-    kernel, plan, rows = _decode_kernel(call, paged)
-    kernel.mla_decode(call, rows, plan)
 
 
 def _on_reference(query, op: str) -> bool:
@@ -125,12 +123,27 @@ def _on_reference(query, op: str) -> bool:
 
 def sparse_decode(call) -> None:
     """Sparse MLA decode over per-token top-k slot lists (see ``kernels/mla_decode.py``)."""
-    if _on_reference(call.query, "trtllm_batch_decode_with_kv_cache_mla (sparse)"):
-        _reference.sparse_decode(call)
+    _decode(call, paged=False)
+
+
+def dense_decode(call) -> None:
+    """Paged MLA decode: token ``t`` attends positions ``0 .. L-1`` through the block table."""
+    _decode(call, paged=True)
+
+
+def _decode(call, paged: bool) -> None:
+    """One decode on the tier its dtype, device and layout pick: the reference, or the kernel of
+    :func:`_decode_kernel`, planned here unless the caller's metadata carries the plan."""
+    query, table = call.query, call.table
+    if _on_reference(query, _DENSE_OP if paged else _SPARSE_OP):
+        (_reference.dense_decode if paged else _reference.sparse_decode)(call)
         return
     if call.plan is None:
-        call = call._replace(plan=decode_plan(*call.query.shape[:3], call.table.shape[-1], call.query.device))
-    _launch(call, paged=False)
+        # the positions a table row can address: the top-k, or the page table's pages
+        width = table.shape[-1] * call.kv_cache.shape[-2] if paged else table.shape[-1]
+        call = call._replace(plan=decode_plan(*query.shape[:3], width, query.device))
+    kernel, plan, rows = _decode_kernel(call, paged)
+    kernel.mla_decode(call, rows, plan)
 
 
 def packed_sparse_decode(call) -> None:
@@ -139,17 +152,8 @@ def packed_sparse_decode(call) -> None:
     Triton supports runs it). The Gluon tier has no packed mode yet."""
     if call.plan is None:
         call = call._replace(plan=decode_plan(*call.query.shape[:3], call.table.shape[-1], call.query.device))
-    portable = _kernels()[1]
+    _, portable, shared = _kernels()
     length_mode = 2 if call.seq_lens is None else 1
     portable.mla_decode(
-        call, portable.key_rows(call, False), call.plan.portable, packed=True, length_mode=length_mode
+        call, shared.key_rows(call, False), call.plan.portable, packed=True, length_mode=length_mode
     )
-
-
-def dense_decode(call) -> None:
-    """Paged MLA decode: token ``t`` attends positions ``0 .. L-1`` through the block table."""
-    if _on_reference(call.query, "trtllm_batch_decode_with_kv_cache_mla (dense)"):
-        _reference.dense_decode(call)
-        return
-    width = call.table.shape[-1] * call.kv_cache.shape[-2]  # positions the page table can address
-    _launch(call._replace(plan=decode_plan(*call.query.shape[:3], width, call.query.device)), paged=True)

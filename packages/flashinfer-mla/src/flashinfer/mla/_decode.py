@@ -1,8 +1,10 @@
 """MLA decode over a paged KV cache: ``trtllm_batch_decode_with_kv_cache_mla``.
 
 FlashInfer v0.6.17's function, sparse (``sparse_mla_top_k > 0``) and dense, on every device.
-The order inside: the option rules (no tensors) in FlashInfer's order, the tensor rules
-(``_checks``), the outputs, one :class:`~._args.Decode` record, one call into the device's
+The order inside: the option rules both cache forms share (no tensors), one
+:class:`~._args.DecodeOptions` record of the rest, the cache form's ``check`` (its own rules in
+FlashInfer's order, the outputs, one :class:`~._args.Decode` record: ``_unpacked_decode`` for rows
+of the query's dtype, ``_packed_decode`` for the 656-byte rows), one call into the device's
 implementation (``docs/internals.md``). Each rule is written once.
 """
 
@@ -10,13 +12,12 @@ from __future__ import annotations
 
 import torch
 
-from .._core.checks import describe, fail, require_tensors
+from .._core.checks import describe, fail
 from ..api_logging import flashinfer_api
-from . import _checks
-from ._args import Decode
+from . import _checks, _packed_decode, _unpacked_decode
+from ._args import DecodeOptions
 from ._dispatch import DISPATCH
 from ._metadata import DecodeMetadata
-from ._packed_decode import packed_decode
 
 __all__ = ["trtllm_batch_decode_with_kv_cache_mla"]
 
@@ -169,181 +170,34 @@ def trtllm_batch_decode_with_kv_cache_mla(
     token with no valid key (the sink's value with sinks); the cache must be viewable as the
     flat ``[num_pages * page_size, 656]`` pool and start on a 16-byte boundary.
     """
-    # ---- options, in the order FlashInfer checks them
+    # ---- the options both cache forms share, in the order FlashInfer checks them
     if backend not in _checks.BACKENDS:
         raise ValueError(
             f"Backend {backend} not supported (expected one of {list(_checks.BACKENDS)} for `backend`)"
         )
     if max_q_len is not None and cum_seq_lens_q is None:
         raise ValueError("max_q_len is only meaningful with cum_seq_lens_q (compact variable-length queries)")
-    if isinstance(kv_cache, torch.Tensor) and kv_cache.dtype == _PACKED_DTYPE:
-        # upstream's `sparse` backend form (656-byte packed FP8 rows): its own rules, see _packed_decode
-        return packed_decode(
-            query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens,
-            sparse_mla_top_k, out, bmm1_scale, bmm2_scale, sinks, skip_softmax_threshold_scale_factor,
-            uses_shared_paged_kv_idx, lse, return_lse, kv_scale_format, cum_seq_lens_q, multi_ctas_kv_counter_buffer,
-            sparse_mla_top_k_lens, enable_dcp, cp_world, cp_rank, causal_seqlens_kv_global, use_fp16_softmax, metadata,
-        )  # fmt: skip
-    compact = cum_seq_lens_q is not None
-    if (kv_lora_rank, qk_rope_head_dim) not in _checks.MLA_DIMS:
-        raise ValueError(
-            f"Unsupported MLA dimensions: kv_lora_rank={kv_lora_rank}, qk_rope_head_dim={qk_rope_head_dim}; "
-            f"expected one of {list(_checks.MLA_DIMS)}"
-        )
-    if not isinstance(sparse_mla_top_k, int) or sparse_mla_top_k < 0:
-        fail(
-            ValueError, "sparse_mla_top_k", "a non-negative int (0: dense decode)", describe(sparse_mla_top_k)
-        )
-    sparse = sparse_mla_top_k > 0
-    native = qk_rope_head_dim == 0
-    if native and (not sparse or sparse_mla_top_k_lens is None):
-        raise ValueError(
-            "the native (512, 0) MLA dimensions need sparse_mla_top_k > 0 and sparse_mla_top_k_lens"
-        )
-    if sparse_mla_top_k_lens is not None and not native:
-        raise ValueError("sparse_mla_top_k_lens is only supported with the native (512, 0) MLA dimensions")
-    if sparse and sparse_mla_top_k % 4:
-        raise RuntimeError(f"SparseMlaTopK must be a multiple of 4, got sparse_mla_top_k={sparse_mla_top_k}")
-    if sparse and skip_softmax_threshold_scale_factor is not None:
-        raise ValueError("skip_softmax is not supported for sparse MLA")
     if enable_dcp is not False or cp_world != 1 or cp_rank != 0 or causal_seqlens_kv_global is not None:
         _checks.reject_parallel_options(enable_dcp, cp_world, cp_rank, causal_seqlens_kv_global)
-    if not uses_shared_paged_kv_idx:
-        raise NotImplementedError(
-            "uses_shared_paged_kv_idx=False (separate K and V page tables) is not served by this build; "
-            "MLA reads K and V from the same cache rows, pass one shared page table"
-        )
     if use_fp16_softmax is not None and not isinstance(use_fp16_softmax, bool):
         fail(ValueError, "use_fp16_softmax", "None or a bool", describe(use_fp16_softmax))
+    options = DecodeOptions._make((
+        query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens, sparse_mla_top_k,
+        out, bmm1_scale, bmm2_scale, sinks, skip_softmax_threshold_scale_factor, uses_shared_paged_kv_idx, lse,
+        return_lse, kv_scale_format, cum_seq_lens_q, multi_ctas_kv_counter_buffer, sparse_mla_top_k_lens, metadata,
+    ))  # fmt: skip
 
-    # ---- tensors
-    try:
-        q_shape = query.shape
-        _checks.check_query_and_cache(
-            query, q_shape, kv_cache, kv_lora_rank, qk_rope_head_dim, compact, sparse
-        )
-        device = query.device
-        bmm1 = _checks.check_scale(bmm1_scale, "bmm1_scale", device)
-        bmm2 = _checks.check_scale(bmm2_scale, "bmm2_scale", device)
-        if seq_lens is None:
-            fail(
-                ValueError,
-                "seq_lens",
-                "an int32 [batch] tensor (seq_lens is required by every backend)",
-                "None",
-            )
-        _checks.check_workspace(workspace_buffer, device)
-        if compact:
-            rows, heads = q_shape[0], q_shape[1]
-            q_len, batch = 1, seq_lens.shape[0]
-            out_shape = (rows, heads, kv_lora_rank)
-        else:
-            batch, q_len, heads = q_shape[0], q_shape[1], q_shape[2]
-            rows = batch
-            out_shape = (batch, q_len, heads, kv_lora_rank)
-        _checks.check_int32(seq_lens, "seq_lens", (batch,), device)
-        if sparse:
-            _checks.check_sparse_indices(block_tables, (*q_shape[:-2], sparse_mla_top_k), device)
-        else:
-            _checks.check_dense_tables(block_tables, batch, device)
-        if multi_ctas_kv_counter_buffer is not None:
-            _checks.check_counter_buffer(multi_ctas_kv_counter_buffer, batch, heads, device)
-        if sinks is not None:
-            sinks = _checks.check_sinks(sinks, heads, device)
-        if compact:
-            _checks.check_int32(cum_seq_lens_q, "cum_seq_lens_q", (batch + 1,), device)
-            if batch == 0 and rows:
-                fail(ValueError, "seq_lens", "at least one request for a non-empty compact query", seq_lens)
-        if sparse_mla_top_k_lens is not None:
-            _checks.check_int32(sparse_mla_top_k_lens, "sparse_mla_top_k_lens", (rows * q_len,), device)
-        if metadata is not None:
-            if type(metadata) is not DecodeMetadata:
-                expected = "a DecodeMetadata from get_batch_decode_metadata_mla"
-                fail(TypeError, "metadata", expected, type(metadata).__name__)
-            metadata.check(rows, q_len, heads, sparse_mla_top_k, device, DISPATCH.kind(device))
-        if out is not None:
-            out4 = _checks.check_out(out, out_shape, query, kv_cache, accept_3d=q_len == 1 and not compact)
-        if lse is not None:
-            _checks.check_lse(lse, rows * q_len, q_len, heads, device)
-    except AttributeError:
-        require_tensors(
-            ValueError, query=query, kv_cache=kv_cache, workspace_buffer=workspace_buffer, block_tables=block_tables,
-            seq_lens=seq_lens, out=out, lse=lse, multi_ctas_kv_counter_buffer=multi_ctas_kv_counter_buffer,
-            cum_seq_lens_q=cum_seq_lens_q, sparse_mla_top_k_lens=sparse_mla_top_k_lens,
-            optional=("workspace_buffer", "block_tables", "seq_lens", "out", "lse", "multi_ctas_kv_counter_buffer",
-                      "cum_seq_lens_q", "sparse_mla_top_k_lens"),
-        )  # fmt: skip
-        raise
-
-    # ---- outputs (allocated contiguous; views only where the rank changes: each costs host time)
-    if out is None:
-        out = out4 = torch.empty(out_shape, dtype=torch.bfloat16, device=device)
-    if compact:
-        out4 = out4.view(rows, q_len, heads, kv_lora_rank)
-    if lse is None and return_lse:
-        lse = torch.empty(rows * q_len, heads, dtype=torch.float32, device=device)
-    result = (out, lse) if return_lse else out
-    if rows * q_len * heads == 0:
+    # ---- the cache form's rules and record, then one call into the device's implementation
+    if isinstance(kv_cache, torch.Tensor) and kv_cache.dtype == _PACKED_DTYPE:
+        call, result = _packed_decode.check(options)  # upstream's `sparse` backend form
+        if call is not None:
+            DISPATCH.module(query.device).packed_sparse_decode(call)
         return result
-
-    # ---- one call
-    query4, lse_arg = query, lse
-    row_lens = None  # per-row lengths when the call is flattened to one query token per row
-    if compact:
-        query4 = query.view(rows, q_len, heads, query.shape[-1])
-        row_lens, row_request = _compact_rows(seq_lens, cum_seq_lens_q, rows)
-    if sparse_mla_top_k_lens is not None:
-        row_lens = sparse_mla_top_k_lens
-    if row_lens is not None and q_len > 1:
-        lse3 = None if lse is None or lse.dim() == 3 else lse.unflatten(0, (rows, q_len))
-        query4, out4, lse_arg = _one_token_per_row(query4, out4, lse if lse3 is None else lse3)
-    impl = DISPATCH.module(device)
-    seq = seq_lens if row_lens is None else row_lens
-    if sparse:
-        b, t = query4.shape[:2]
-        as_given = (b, t) == (rows, q_len) and not compact  # block_tables is (b, t, topk) already
-        indices = block_tables if as_given else block_tables.view(b, t, sparse_mla_top_k)
-        if metadata is not None and (b, t) == (rows, q_len):
-            plan = metadata.plan
-        else:  # no metadata, or a call flattened to one token per row: plan what actually runs
-            plan = impl.decode_plan(b, t, heads, sparse_mla_top_k, device)
-        impl.sparse_decode(
-            Decode(query4, kv_cache, indices, seq, bmm1, bmm2, sinks, out4, lse_arg, plan, workspace_buffer)
-        )
-    else:
-        tables = block_tables if row_lens is None else block_tables[row_request]
-        impl.dense_decode(
-            Decode(query4, kv_cache, tables, seq, bmm1, bmm2, sinks, out4, lse_arg, None, workspace_buffer)
-        )
+    call, result = _unpacked_decode.check(options)
+    if call is not None:
+        impl = DISPATCH.module(query.device)
+        if sparse_mla_top_k:
+            impl.sparse_decode(call)
+        else:
+            impl.dense_decode(call)
     return result
-
-
-def _compact_rows(seq_lens: torch.Tensor, cum_seq_lens_q: torch.Tensor, total_q: int):
-    """Per-token lengths and request ids of a compact query, computed on the device.
-
-    Token i of request b (``cum[b] <= i < cum[b+1]``) gets ``seq_lens[b] - (cum[b+1] - 1 - i)``,
-    the bottom-right causal limit of its own request; tokens outside ``[cum[0], cum[-1])`` get 0.
-    """
-    token = torch.arange(total_q, device=seq_lens.device, dtype=torch.int32)
-    request = torch.searchsorted(cum_seq_lens_q[1:], token, right=True)
-    inside = (token >= cum_seq_lens_q[0]) & (token < cum_seq_lens_q[-1])
-    request = request.clamp(max=seq_lens.shape[0] - 1)
-    lens = seq_lens[request] - (cum_seq_lens_q[1:][request] - 1 - token)
-    return torch.where(inside, lens, 0).to(torch.int32), request
-
-
-def _one_token_per_row(query4, out4, lse3):
-    """``[B, q_len, ...]`` as ``[B * q_len, 1, ...]`` views (per-token lengths need that form)."""
-    try:
-        return (
-            query4.flatten(0, 1).unsqueeze(1),
-            out4.view(-1, 1, *out4.shape[2:]),
-            None if lse3 is None else lse3.view(-1, 1, lse3.shape[-1]),
-        )
-    except RuntimeError:
-        fail(
-            ValueError,
-            "out and lse",
-            "buffers whose [batch, q_len] dimensions can be merged into one",
-            "strided buffers",
-        )

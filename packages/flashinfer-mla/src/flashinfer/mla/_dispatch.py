@@ -1,16 +1,42 @@
 """Which implementation module serves RoPE and MLA decode, and what each one runs per op.
 
 ``DISPATCH.module(device)`` returns ``flashinfer.mla._reference``, ``._cuda`` or ``._mate``
-(:mod:`flashinfer._core.dispatch`); each has ``rope_quantize``, ``decode_plan``,
-``sparse_decode``, ``packed_sparse_decode`` and ``dense_decode`` with the normalized arguments
-of ``docs/internals.md``. ``ROUTES`` (with the backend tables' rules) is the one description of
+(:mod:`flashinfer._core.dispatch`); each is an :class:`MlaImpl`: ``rope_quantize``,
+``decode_plan``, ``sparse_decode``, ``packed_sparse_decode`` and ``dense_decode`` with the
+normalized arguments of ``docs/internals.md``. ``ROUTES`` (with the backend tables' rules) is the one description of
 what runs where: the README's tables and ``python -m flashinfer show-config`` are generated from it.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from .._core.dispatch import Dispatcher
+from ._args import Decode, Rope
 from ._checks import DECODE_BACKENDS
+
+
+class MlaImpl(Protocol):
+    """What every implementation module (``_reference``, ``_cuda``, ``_mate``) offers: the same
+    functions, each taking one validated record (``tests/mla/test_mla_impl_protocol.py`` checks
+    the three modules against it). Outputs are written in place; nothing is returned but the plan.
+    """
+
+    def rope_quantize(self, call: Rope) -> None:
+        """RoPE on the rope parts, then scale and saturating FP8 cast of all four parts."""
+
+    def decode_plan(self, batch: int, q_len: int, heads: int, topk: int, device) -> object:
+        """The schedule of a sparse decode call shape (None where the implementation needs none);
+        ``Decode.plan`` of a call whose caller passed metadata."""
+
+    def sparse_decode(self, call: Decode) -> None:
+        """Sparse decode over per-token slot lists; plans the call when ``call.plan`` is None."""
+
+    def packed_sparse_decode(self, call: Decode) -> None:
+        """Sparse decode over the packed 656-byte rows."""
+
+    def dense_decode(self, call: Decode) -> None:
+        """Paged (dense) decode through the block table."""
 
 
 def _load_reference():

@@ -159,6 +159,24 @@ def _pool_slots(call) -> torch.Tensor:
     return torch.where(inside, call.pool_rows(slots), -1).to(torch.int32)
 
 
+def _one_token_rows(call, padded_heads: int, padded_topk: int):
+    """The query and slot indices MATE takes, one query token per row: ``[rows, 1, H', D]``
+    (heads zero-padded to ``padded_heads``) and ``[rows, 1, topk']`` pool rows (-1-padded to
+    ``padded_topk``). Views where no padding is needed, else copies."""
+    query, indices = call.query, _pool_slots(call)
+    batch, q_len, heads, dim = query.shape
+    rows, topk = batch * q_len, indices.shape[-1]
+    mate_query = query.view(rows, 1, heads, dim)
+    if padded_heads != heads:
+        mate_query = query.new_zeros((rows, 1, padded_heads, dim))
+        mate_query[:, :, :heads] = query.view(rows, 1, heads, dim)
+    mate_indices = indices.view(rows, 1, topk)
+    if padded_topk != topk:
+        mate_indices = torch.full((rows, 1, padded_topk), -1, dtype=torch.int32, device=query.device)
+        mate_indices[..., :topk] = indices.view(rows, 1, topk)
+    return mate_query, mate_indices
+
+
 def _decode_eligible(query, kv, bmm1_scale, out) -> bool:
     return (
         query.dtype == torch.float8_e4m3fn
@@ -190,15 +208,7 @@ def sparse_decode(call):
     rows, topk = batch * q_len, indices.shape[-1]
     padded_heads, padded_topk = _padded(heads, topk)
 
-    mate_query = query.view(rows, 1, heads, dim)
-    if padded_heads != heads:
-        mate_query = query.new_zeros((rows, 1, padded_heads, dim))
-        mate_query[:, :, :heads] = query.view(rows, 1, heads, dim)
-    indices = _pool_slots(call)
-    mate_indices = indices.view(rows, 1, topk)
-    if padded_topk != topk:
-        mate_indices = torch.full((rows, 1, padded_topk), -1, dtype=torch.int32, device=query.device)
-        mate_indices[..., :topk] = indices.view(rows, 1, topk)
+    mate_query, mate_indices = _one_token_rows(call, padded_heads, padded_topk)
     if q_len == 1:
         row_lengths = seq_lens
     else:
@@ -215,6 +225,7 @@ def sparse_decode(call):
             lse.view(rows, heads) if direct_lse else torch.empty((rows, padded_heads), device=query.device)
         )
     tensor_bmm2 = isinstance(bmm2_scale, torch.Tensor)
+    plan = call.plan  # the caller's metadata, planned for this shape; else this call's own
     fn(
         query=mate_query,
         kv_cache=kv.view(kv.shape[0], 1, dim),
@@ -231,7 +242,7 @@ def sparse_decode(call):
         bmm2_scale=1.0 if tensor_bmm2 else bmm2_scale,
         lse=mate_lse,
         return_lse=want_lse,
-        metadata=call.plan,
+        metadata=decode_plan(batch, q_len, heads, topk, query.device) if plan is None else plan,
     )
 
     out_rows = mate_out[:, 0, :heads]
@@ -278,22 +289,14 @@ def packed_sparse_decode(call):
         call.query, call.pool, call.table, call.seq_lens, call.sinks, call.out, call.lse3
     )  # fmt: skip
     batch, q_len, heads, dim = query.shape
-    rows, topk = batch * q_len, indices.shape[-1]
+    topk = indices.shape[-1]
     padded_heads = -(-heads // HEAD_BLOCK) * HEAD_BLOCK
     padded_topk = -(-topk // TOPK_BLOCK) * TOPK_BLOCK
-    mate_query = query.view(rows, 1, heads, dim)
+    mate_query, mate_indices = _one_token_rows(call, padded_heads, padded_topk)
     mate_sinks = sinks
-    if padded_heads != heads:
-        mate_query = query.new_zeros((rows, 1, padded_heads, dim))
-        mate_query[:, :, :heads] = query.view(rows, 1, heads, dim)
-        if sinks is not None:  # a -inf sink adds nothing
-            mate_sinks = torch.full((padded_heads,), -math.inf, device=query.device)
-            mate_sinks[:heads] = sinks
-    indices = _pool_slots(call)
-    mate_indices = indices.view(rows, 1, topk)
-    if padded_topk != topk:
-        mate_indices = torch.full((rows, 1, padded_topk), -1, dtype=torch.int32, device=query.device)
-        mate_indices[..., :topk] = indices.view(rows, 1, topk)
+    if padded_heads != heads and sinks is not None:  # a -inf sink adds nothing
+        mate_sinks = torch.full((padded_heads,), -math.inf, device=query.device)
+        mate_sinks[:heads] = sinks
     topk_length = None if lengths is None else lengths.clamp(0, topk)
     scheduler, splits = metadata_fn(
         None, padded_heads, 1, num_heads_q=padded_heads, is_fp8_kvcache=True, topk=padded_topk, q=mate_query

@@ -64,6 +64,15 @@ class DecodeMetadata:
                 )
 
 
+def check_metadata(metadata, batch: int, q_len: int, heads: int, topk: int, device: torch.device) -> None:
+    """A decode call's ``metadata=``: a :class:`DecodeMetadata` prepared for this configuration
+    and this device's implementation (``TypeError`` / ``ValueError`` otherwise)."""
+    if type(metadata) is not DecodeMetadata:
+        expected = "a DecodeMetadata from get_batch_decode_metadata_mla"
+        fail(TypeError, "metadata", expected, type(metadata).__name__)
+    metadata.check(batch, q_len, heads, topk, device, DISPATCH.kind(device))
+
+
 def metadata_config(query: torch.Tensor) -> tuple[int, int, int]:
     """``(batch, q_len, heads)`` of a 4-D query or a compact 3-D one."""
     if query.dim() == 3:

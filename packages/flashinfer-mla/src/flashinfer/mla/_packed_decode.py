@@ -3,12 +3,13 @@
 FlashInfer v0.6.17 serves this form with its ``sparse`` backend (``auto`` picks it on SM120/121):
 a BF16 query of width 576, a uint8 cache of 656-byte rows (:mod:`._packed_cache`), per-token
 top-k lengths in ``seq_lens``, no ``bmm2_scale``. Here every device serves it, whatever the
-backend name, as soon as ``kv_cache`` is uint8. The public function has checked ``backend`` and
-``max_q_len``; the rules here follow upstream's ``sparse`` branch
+backend name, as soon as ``kv_cache`` is uint8. The public function has checked the options
+both cache forms share (``backend``, ``max_q_len``, the DCP options, ``use_fp16_softmax``);
+:func:`check` states the rest of upstream's ``sparse`` branch
 (``_trtllm_batch_decode_sparse_mla_v32_sm120`` and its helpers) in order and wording, each written
-once. Then outputs are allocated and the implementation's ``packed_sparse_decode`` gets one
-:class:`~._args.Decode` record (``docs/internals.md``). Nothing is written before every rule
-has passed.
+once, allocates the outputs and returns the :class:`~._args.Decode` record that the
+implementation's ``packed_sparse_decode`` runs (``docs/internals.md``). Nothing is written before
+every rule has passed.
 
 Semantics that differ from the 576-wide form, as upstream's ``sparse`` backend has them:
 
@@ -25,29 +26,29 @@ import math
 
 import torch
 
-from .._core.checks import describe, fail, require_tensors
+from .._core.checks import check_device, describe, fail, require_tensors
 from . import _checks
-from ._args import Decode
-from ._dispatch import DISPATCH
-from ._metadata import DecodeMetadata
+from ._args import Decode, DecodeOptions
+from ._metadata import check_metadata
 from ._packed_cache import KV_SCALE_FORMATS, NOPE, ROPE, ROW_BYTES
 
-__all__ = ["packed_decode"]
+__all__ = ["check", "check_scale_format"]
 
 # upstream's messages name its backend this way
 _FORM = "SM120 sparse MLA v32/GLM"
 MAX_HEADS = 128
 
 
-def packed_decode(
-    query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens,
-    sparse_mla_top_k, out, bmm1_scale, bmm2_scale, sinks, skip_softmax_threshold_scale_factor,
-    uses_shared_paged_kv_idx, lse, return_lse, kv_scale_format, cum_seq_lens_q, multi_ctas_kv_counter_buffer,
-    sparse_mla_top_k_lens, enable_dcp, cp_world, cp_rank, causal_seqlens_kv_global, use_fp16_softmax, metadata,
-):  # fmt: skip
-    """The packed-cache form: the public function's arguments that matter here, in its order
-    (``kv_cache`` is uint8; ``backend`` and ``max_q_len`` are checked)."""
-    # ---- options
+def check(options: DecodeOptions) -> tuple[Decode | None, object]:
+    """Validate a call on the packed cache (``kv_cache`` is uint8) and make its record: returns
+    ``(call, result)`` like :func:`._unpacked_decode.check` (``call.seq_lens`` holds the per-token
+    top-k lengths, or None: every column)."""
+    (
+        query, kv_cache, workspace, kv_lora_rank, rope_dim, block_tables, seq_lens, topk, out, bmm1_scale,
+        bmm2_scale, sinks, skip_softmax, uses_shared_paged_kv_idx, lse, return_lse, kv_scale_format,
+        cum_seq_lens_q, counter_buffer, topk_lens, metadata,
+    ) = options  # fmt: skip
+    # ---- options, in upstream's order
     if (
         type(bmm1_scale) is not float
         or not -math.inf < bmm1_scale < math.inf
@@ -55,18 +56,14 @@ def packed_decode(
         or bmm2_scale != 1.0
     ):
         _check_scales(bmm1_scale, bmm2_scale)
-    if enable_dcp is not False or cp_world != 1 or cp_rank != 0 or causal_seqlens_kv_global is not None:
-        _checks.reject_parallel_options(enable_dcp, cp_world, cp_rank, causal_seqlens_kv_global)
-    if use_fp16_softmax is not None and not isinstance(use_fp16_softmax, bool):
-        fail(ValueError, "use_fp16_softmax", "None or a bool", describe(use_fp16_softmax))
-    if sparse_mla_top_k_lens is not None:
+    if topk_lens is not None:
         raise ValueError(
             "sparse_mla_top_k_lens is only supported by the native qk_rope_head_dim=0 MLA path, not with "
             "the packed 656-byte kv_cache (pass the per-token top-k lengths as seq_lens)"
         )
-    if type(sparse_mla_top_k) is not int or sparse_mla_top_k <= 0:
-        raise ValueError(f"{_FORM} requires sparse_mla_top_k > 0, got {sparse_mla_top_k!r}")
-    if skip_softmax_threshold_scale_factor is not None:
+    if type(topk) is not int or topk <= 0:
+        raise ValueError(f"{_FORM} requires sparse_mla_top_k > 0, got {topk!r}")
+    if skip_softmax is not None:
         raise ValueError("skip_softmax is not supported for sparse MLA")
     if not uses_shared_paged_kv_idx:
         raise ValueError(f"{_FORM} expects shared sparse page indices (uses_shared_paged_kv_idx=True)")
@@ -82,27 +79,17 @@ def packed_decode(
             raise ValueError(f"Expected query.ndim == 4, got {len(q_shape)}")
         if query.dtype != torch.bfloat16:
             raise ValueError(f"{_FORM} expects BF16 query, got {query.dtype}")
-        if kv_lora_rank != NOPE or qk_rope_head_dim != ROPE or q_shape[-1] != NOPE + ROPE:
+        if kv_lora_rank != NOPE or rope_dim != ROPE or q_shape[-1] != NOPE + ROPE:
             raise ValueError(
                 f"{_FORM} expects kv_lora_rank=512, qk_rope_head_dim=64, and query head dim 576; got "
-                f"kv_lora_rank={kv_lora_rank}, qk_rope_head_dim={qk_rope_head_dim}, query dim={q_shape[-1]}"
+                f"kv_lora_rank={kv_lora_rank}, qk_rope_head_dim={rope_dim}, query dim={q_shape[-1]}"
             )
         if not query.is_contiguous():
             fail(ValueError, "query", "a contiguous tensor", query)
         device = query.device
-        _checks.check_workspace(workspace_buffer, device)
+        _checks.check_workspace(workspace, device)
         batch, q_len, heads, _ = q_shape
-        if block_tables.dtype != torch.int32:
-            raise ValueError(f"block_tables must have dtype torch.int32, got {block_tables.dtype}")
-        if block_tables.device != device:
-            raise ValueError(f"block_tables must be on query device {device}, got {block_tables.device}")
-        if block_tables.shape != (batch, q_len, sparse_mla_top_k):
-            shape = (batch, q_len, sparse_mla_top_k)
-            raise ValueError(
-                f"{_FORM} expects sparse block_tables shape {shape}, got {tuple(block_tables.shape)}"
-            )
-        if not block_tables.is_contiguous():
-            fail(ValueError, "block_tables", "a contiguous tensor", block_tables)
+        _check_indices(block_tables, (batch, q_len, topk), device)
         _check_cache(kv_cache, device)
         lengths = None if seq_lens is None else _token_lengths(seq_lens, batch, q_len, device)
         if heads > MAX_HEADS:
@@ -112,13 +99,10 @@ def packed_decode(
             fail(ValueError, "cum_seq_lens_q", expected, cum_seq_lens_q)
         if sinks is not None:
             sinks = _checks.check_sinks(sinks, heads, device)
-        if multi_ctas_kv_counter_buffer is not None:
-            _checks.check_counter_buffer(multi_ctas_kv_counter_buffer, batch, heads, device)
+        if counter_buffer is not None:
+            _checks.check_counter_buffer(counter_buffer, batch, heads, device)
         if metadata is not None:
-            if type(metadata) is not DecodeMetadata:
-                expected = "a DecodeMetadata from get_batch_decode_metadata_mla"
-                fail(TypeError, "metadata", expected, type(metadata).__name__)
-            metadata.check(batch, q_len, heads, sparse_mla_top_k, device, DISPATCH.kind(device))
+            check_metadata(metadata, batch, q_len, heads, topk, device)
         out_shape = (batch, q_len, heads, NOPE)
         if out is not None:
             out4 = _checks.check_out(out, out_shape, query, kv_cache, accept_3d=q_len == 1)
@@ -126,37 +110,50 @@ def packed_decode(
             _checks.check_lse(lse, batch * q_len, q_len, heads, device)
     except AttributeError:
         require_tensors(
-            ValueError, kv_cache=kv_cache, workspace_buffer=workspace_buffer, block_tables=block_tables,
-            seq_lens=seq_lens, out=out, lse=lse, multi_ctas_kv_counter_buffer=multi_ctas_kv_counter_buffer,
+            ValueError, kv_cache=kv_cache, workspace_buffer=workspace, block_tables=block_tables,
+            seq_lens=seq_lens, out=out, lse=lse, multi_ctas_kv_counter_buffer=counter_buffer,
             optional=("workspace_buffer", "block_tables", "seq_lens", "out", "lse", "multi_ctas_kv_counter_buffer"),
         )  # fmt: skip
         raise
 
-    # ---- outputs, one call
+    # ---- outputs, the record
     if out is None:
         out = out4 = torch.empty(out_shape, dtype=torch.bfloat16, device=device)
     if lse is None and return_lse:
         lse = torch.empty(batch * q_len, heads, dtype=torch.float32, device=device)
     result = (out, lse) if return_lse else out
     if batch * q_len * heads == 0:
-        return result
+        return None, result
     plan = None if metadata is None else metadata.plan
-    DISPATCH.module(device).packed_sparse_decode(
-        Decode(
-            query,
-            kv_cache,
-            block_tables,
-            lengths,
-            float(bmm1_scale),
-            1.0,
-            sinks,
-            out4,
-            lse,
-            plan,
-            workspace_buffer,
-        )
+    record = (
+        query,
+        kv_cache,
+        block_tables,
+        lengths,
+        float(bmm1_scale),
+        1.0,
+        sinks,
+        out4,
+        lse,
+        plan,
+        workspace,
     )
-    return result
+    return Decode._make(record), result
+
+
+def _check_indices(block_tables, shape: tuple, device) -> None:
+    """Upstream's rules of the slot lists: int32 ``[batch, q_len, sparse_mla_top_k]`` on the
+    query's device, contiguous."""
+    if block_tables.dtype != torch.int32:
+        raise ValueError(f"block_tables must have dtype torch.int32, got {block_tables.dtype}")
+    if block_tables.device != device:
+        raise ValueError(f"block_tables must be on query device {device}, got {block_tables.device}")
+    if block_tables.shape != shape:
+        raise ValueError(
+            f"{_FORM} expects sparse block_tables shape {shape}, got {tuple(block_tables.shape)}"
+        )
+    if not block_tables.is_contiguous():
+        fail(ValueError, "block_tables", "a contiguous tensor", block_tables)
 
 
 def check_scale_format(kv_scale_format) -> str:
@@ -196,12 +193,7 @@ def _check_cache(kv_cache, device) -> None:
     else:
         raise ValueError(f"Expected kv_cache.ndim == 3 or 4, got {kv_cache.dim()}")
     if kv_cache.device != device:
-        fail(
-            ValueError,
-            "kv_cache",
-            f"a tensor on {device} (the device of `query`)",
-            f"a tensor on {kv_cache.device}",
-        )
+        check_device(kv_cache, "kv_cache", device, "query")
     if kv_cache.data_ptr() % 16:
         fail(ValueError, "kv_cache", "a packed cache starting on a 16-byte boundary",
              f"an address {kv_cache.data_ptr() % 16} bytes past one")  # fmt: skip

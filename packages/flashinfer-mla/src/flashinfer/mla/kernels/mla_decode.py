@@ -41,22 +41,21 @@ tile of V in registers at a time. The list of each token
 is cut into ``num_splits`` chunks sized from its own ``n`` on the device, so the split count is
 fixed per call shape (graph-capturable, independent of ``seq_lens``) while every split gets an
 even share. With one split the program writes ``out``/``lse`` itself; otherwise it writes a
-normalized fp32 partial output and its LSE to the workspace and :func:`mla_combine_kernel`
-merges them.
+normalized fp32 partial output and its LSE to the workspace and the combine kernel of
+:mod:`.mla_decode_shared` merges them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
 
-import torch
 import triton
 import triton.language as tl
 
 from ..._core import constants
 from ..._core.triton_launch import FastLaunch
-from ...utils import ceil_div, next_positive_power_of_2
+from ...utils import ceil_div
+from .mla_decode_shared import KeyRows, SplitPlan, host_args, launch_combine, mla_combine_kernel, split_count
 
 # globals read inside kernels must be constexpr
 LOG2E = tl.constexpr(constants.LOG2E)
@@ -328,82 +327,13 @@ def mla_decode_kernel(
         tl.store(lse_part + part_row, lse, mask=head_ok)
 
 
-@triton.jit
-def mla_combine_kernel(
-    workspace_ptr,
-    workspace_pad,
-    sinks_ptr,
-    bmm2_scale,
-    out_ptr,
-    lse_ptr,
-    num_heads,
-    q_len,
-    num_splits,
-    stride_ob,
-    stride_ot,
-    stride_oh,
-    stride_lb,
-    stride_lt,
-    stride_lh,
-    D_V: tl.constexpr,
-    SPLITS_POW2: tl.constexpr,
-    HAS_SINKS: tl.constexpr,
-    HAS_LSE: tl.constexpr,
-    SCALE2_ON_DEVICE: tl.constexpr,
-    SINK_IN_LSE: tl.constexpr,
-):
-    # one program per (query token, head): out = sum_s 2^lse_s o_s / (sum_s 2^lse_s + sink)
-    part_row = tl.program_id(0).to(tl.int64)  # (b * q_len + t) * H + h
-    part_rows = tl.num_programs(0)
-    head = part_row % num_heads
-    row = part_row // num_heads
-    batch = row // q_len
-    token = row % q_len
-    workspace_ptr = (workspace_ptr + workspace_pad).to(tl.pointer_type(tl.float32))
-
-    splits = tl.arange(0, SPLITS_POW2)
-    lse_part = workspace_ptr + num_splits * part_rows.to(tl.int64) * D_V
-    lse_s = tl.load(lse_part + splits * part_rows + part_row, mask=splits < num_splits, other=float("-inf"))
-    m = tl.max(lse_s, 0)
-    seen = m > float("-inf")
-    m_ref = tl.where(seen, m, 0.0)
-    w = tl.exp2(lse_s - m_ref)
-    total = tl.sum(w, 0)
-    dv = tl.arange(0, D_V)
-    acc = tl.zeros([D_V], tl.float32)
-    for s in range(num_splits):
-        w_s = tl.sum(tl.where(splits == s, w, 0.0), 0)
-        acc += w_s * tl.load(workspace_ptr + (s * part_rows + part_row) * D_V + dv)
-
-    denom = total
-    if HAS_SINKS:
-        denom += tl.exp2(tl.load(sinks_ptr + head) * LOG2E - m_ref)
-    if SCALE2_ON_DEVICE:
-        scale2 = tl.load(bmm2_scale)
-    else:
-        scale2 = bmm2_scale
-    o = acc * (scale2 / tl.where(seen, denom, 1.0))
-    o_row = out_ptr + batch * stride_ob + token * stride_ot + head * stride_oh
-    tl.store(o_row + dv, o.to(out_ptr.dtype.element_ty))
-    if HAS_LSE:
-        if SINK_IN_LSE:
-            some = denom > 0.0
-            lse = tl.where(some, m_ref + tl.log2(tl.where(some, denom, 1.0)), float("-inf"))
-        else:
-            lse = tl.where(seen, m_ref + tl.log2(tl.where(seen, total, 1.0)), float("inf"))
-        tl.store(lse_ptr + batch * stride_lb + token * stride_lt + head * stride_lh, lse)
-
-
 @dataclasses.dataclass(frozen=True)
-class DecodePlan:
-    """The reusable schedule of one decode call shape (never depends on ``seq_lens``).
+class DecodePlan(SplitPlan):
+    """This kernel's schedule of one decode call shape: the split plan (``head_blocks`` of
+    ``config.block_h``-head tiles) and the tile shapes.
 
     Attributes
     ----------
-    num_splits : int
-        Chunks each query token's key list is cut into (before the workspace cap).
-    head_blocks : int
-        ``cdiv(heads, config.block_h)``.
     fp8_config, bf16_config : DecodeConfig
         Tile shapes for e4m3 and bf16 operands (the plan is made before the dtype is known).
     packed_config : DecodeConfig or None
@@ -411,16 +341,9 @@ class DecodePlan:
         same ``head_blocks``.
     """
 
-    num_splits: int
-    head_blocks: int
     fp8_config: DecodeConfig
     bf16_config: DecodeConfig
     packed_config: DecodeConfig | None = None
-
-
-# Fewest keys a split is worth: below this, the combine costs more than the parallelism gains.
-MIN_KEYS_PER_SPLIT = 128
-MAX_SPLITS = 64
 
 
 def plan_decode(batch: int, q_len: int, heads: int, list_len: int, num_sms: int) -> DecodePlan:
@@ -439,112 +362,12 @@ def plan_decode(batch: int, q_len: int, heads: int, list_len: int, num_sms: int)
     fp8_config, bf16_config = decode_config(heads, True), decode_config(heads, False)
     packed_config = packed_decode_config(heads)
     head_blocks = ceil_div(heads, fp8_config.block_h)
-    programs = batch * q_len * head_blocks
-    slots = num_sms * fp8_config.programs_per_sm
-    # with at least a wave already, one split writes out directly and skips the combine
-    num_splits = max(1, slots // programs) if programs < slots else 1
-    num_splits = max(1, min(num_splits, list_len // MIN_KEYS_PER_SPLIT, MAX_SPLITS))
+    num_splits = split_count(batch * q_len * head_blocks, num_sms * fp8_config.programs_per_sm, list_len)
     return DecodePlan(num_splits, head_blocks, fp8_config, bf16_config, packed_config)
-
-
-def _workspace_splits(plan_splits: int, part_rows: int, d_v: int, workspace_bytes: int) -> int:
-    # a partial row is D_V floats plus its LSE; 16 bytes are kept for alignment
-    per_split = part_rows * (d_v + 1) * 4
-    return max(1, min(plan_splits, (workspace_bytes - 16) // per_split))
 
 
 _DECODE = FastLaunch(mla_decode_kernel)
 _COMBINE = FastLaunch(mla_combine_kernel)
-
-
-def _scale_arg(scale):
-    # (kernel argument, on-device flag): a one-element tensor is read in the kernel (as a 0-dim
-    # view), never on the host
-    if type(scale) is float:
-        return scale, False
-    if isinstance(scale, int):
-        return float(scale), False
-    return (scale if scale.dim() == 0 else scale.view(())), True
-
-
-class HostArgs(NamedTuple):
-    """The host-side values every decode kernel and the combine take, read once from a call."""
-
-    num_splits: int  # the plan's splits, capped by what the workspace holds
-    workspace_pad: int  # bytes from the workspace's pointer to its first 16-byte boundary
-    scale1: float | torch.Tensor
-    scale1_on_device: bool
-    scale2: float | torch.Tensor
-    scale2_on_device: bool
-    seq_lens: torch.Tensor  # any int32 tensor where the kernel never reads it (length_mode 2)
-    sinks: torch.Tensor  # ``seq_lens`` stands in when the call has no sinks (never read)
-    lse: torch.Tensor  # ``out`` stands in when the call has no LSE (never written)
-    lse_strides: tuple
-
-
-def host_args(call, num_splits: int) -> HostArgs:
-    """:class:`HostArgs` of a validated call whose plan asks for ``num_splits`` splits."""
-    out, lse, workspace = call.out, call.lse3, call.workspace
-    if num_splits > 1:
-        batch, q_len, heads = out.shape[:3]
-        num_splits = _workspace_splits(num_splits, batch * q_len * heads, out.shape[-1], workspace.numel())
-    seq_lens = call.table if call.seq_lens is None else call.seq_lens
-    return HostArgs(
-        num_splits,
-        (-workspace.data_ptr()) % 16,
-        *_scale_arg(call.bmm1_scale),
-        *_scale_arg(call.bmm2_scale),
-        seq_lens,
-        seq_lens if call.sinks is None else call.sinks,
-        out if lse is None else lse,
-        (0, 0, 0) if lse is None else lse.stride(),
-    )
-
-
-def launch_combine(launcher: FastLaunch, call, host: HostArgs, sink_in_lse: bool) -> None:
-    """Merge the ``host.num_splits`` partial results in the workspace into ``out`` (and the LSE)."""
-    out = call.out
-    batch, q_len, heads, d_v = out.shape
-    launcher.launch(
-        (batch * q_len * heads,),
-        call.workspace, host.workspace_pad, host.sinks, host.scale2, out, host.lse, heads, q_len,
-        host.num_splits, *out.stride()[:3], *host.lse_strides,
-        D_V=d_v, SPLITS_POW2=next_positive_power_of_2(host.num_splits),
-        HAS_SINKS=call.sinks is not None, HAS_LSE=call.lse is not None,
-        SCALE2_ON_DEVICE=host.scale2_on_device, SINK_IN_LSE=sink_in_lse,
-        num_warps=4,
-    )  # fmt: skip
-
-
-class KeyRows(NamedTuple):
-    """How a decode kernel walks the cache: rows of a flat pool (sparse) or pages (dense)."""
-
-    page_size: int  # 0: the table holds token slots of the flat pool
-    num_kv_rows: int  # slots (sparse) or pages (dense) that exist
-    stride_kv_row: int  # elements between slots (sparse, flat) or pages (dense, padded sparse)
-    stride_kv_tok: int  # elements between the rows of a page (dense, padded sparse), else 0
-    list_width: int  # positions one table row can address
-    slot_page: int = 0  # sparse over a padded page stride: slots per page (slot -> page, row)
-
-
-def key_rows(call, paged: bool) -> KeyRows:
-    """The cache geometry of a validated decode call, read through its strides (no view).
-
-    ``paged``: whether ``call.table`` holds page ids (dense decode) or token slots
-    ``page * page_size + row``: rows of the flat ``[pages * page_size, D]`` pool (or pages, for
-    page_size 1), or, for pages padded apart (FlashMLA's), page and row through both strides.
-    """
-    kv, table = call.kv_cache, call.table
-    pages, page_size = kv.shape[0], kv.shape[-2]
-    strides = kv.stride()
-    page_stride, row_stride = strides[0], strides[-2]
-    if paged:
-        return KeyRows(page_size, pages, page_stride, row_stride, table.shape[-1] * page_size)
-    if page_size == 1:
-        return KeyRows(0, pages, page_stride, 0, table.shape[-1])
-    if pages <= 1 or page_stride == page_size * row_stride:
-        return KeyRows(0, pages * page_size, row_stride, 0, table.shape[-1])
-    return KeyRows(0, pages * page_size, page_stride, row_stride, table.shape[-1], page_size)
 
 
 def mla_decode(call, rows: KeyRows, plan=None, *, packed: bool = False, length_mode: int = 0) -> None:
@@ -556,7 +379,7 @@ def mla_decode(call, rows: KeyRows, plan=None, *, packed: bool = False, length_m
         ``query`` bf16 or e4m3; ``table`` the slot indices (sparse) or the block table (paged),
         rows contiguous.
     rows : KeyRows
-        :func:`key_rows` of the call.
+        :func:`.mla_decode_shared.key_rows` of the call.
     plan : DecodePlan, optional
         From :func:`plan_decode`; None takes ``call.plan``.
     packed : bool

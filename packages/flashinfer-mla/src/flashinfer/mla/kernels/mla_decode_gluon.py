@@ -53,7 +53,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from ..._core import constants
 from ..._core.triton_launch import FastLaunch
-from .mla_decode import DecodePlan, KeyRows, host_args, launch_combine, mla_combine_kernel, plan_decode
+from ...utils import ceil_div
+from .mla_decode_shared import KeyRows, SplitPlan, host_args, launch_combine, mla_combine_kernel, split_count
 
 LOG2E = gl.constexpr(constants.LOG2E)
 BLOCK_H = gl.constexpr(64)  # heads a program takes: the M of one wgmma
@@ -491,14 +492,11 @@ def mla_decode_gluon_kernel(
     )  # fmt: skip
 
 
-def plan_decode_gluon(batch: int, q_len: int, heads: int, list_len: int, num_sms: int) -> DecodePlan:
-    """The split schedule for this kernel: one 64-head program a multiprocessor at a time.
-
-    Same rule as :func:`.mla_decode.plan_decode` (about one wave of programs, a split at least
-    ``MIN_KEYS_PER_SPLIT`` keys), with this kernel's head blocks.
-    """
-    # plan_decode's 64-head tiles are this kernel's: one program a multiprocessor
-    return plan_decode(batch, q_len, max(heads, BLOCK_H.value), list_len, num_sms)
+def plan_decode_gluon(batch: int, q_len: int, heads: int, list_len: int, num_sms: int) -> SplitPlan:
+    """The split schedule for this kernel: one 64-head program a multiprocessor at a time
+    (about one wave of programs, :func:`.mla_decode_shared.split_count`)."""
+    head_blocks = ceil_div(heads, BLOCK_H.value)
+    return SplitPlan(split_count(batch * q_len * head_blocks, num_sms, list_len), head_blocks)
 
 
 _DECODE = FastLaunch(mla_decode_gluon_kernel)
@@ -508,7 +506,7 @@ _COMBINE = FastLaunch(mla_combine_kernel)
 def mla_decode(call, rows: KeyRows, plan=None) -> None:
     """Launch the Gluon decode kernel (and the combine when split) on a validated call.
 
-    Same arguments as :func:`.mla_decode.mla_decode`; ``plan`` (or ``call.plan``) from
+    Same arguments as the portable kernel's ``mla_decode``; ``plan`` (or ``call.plan``) from
     :func:`plan_decode_gluon`. Needs a Hopper GPU, ``D_V = 512`` and ``D_ROPE = 64``, e4m3 or
     bf16 operands, and key rows (the cache's pointer and ``rows``' strides) 16-byte aligned.
     """
