@@ -914,10 +914,14 @@ def bmm_fp8_real():
             A, B = fp8(b, m, k, dtype=da), col_major(fp8(b, k, n, dtype=db))
             sa, sa_ref = _scale(a_kind, b, m, rows_last=False)
             sb, sb_ref = _scale(b_kind, b, n, rows_last=True)
-            kwargs = {"out": poisoned(b, m, n, dtype=out_dtype)}
-            return _sample(
-                name, (A, B, sa, sb, out_dtype), kwargs, on_oracle_device(oracle_bmm, A, B, sa_ref, sb_ref)
-            )
+            if (
+                why == "batch-strided-out"
+            ):  # every other (m, n) block of a buffer: TMA stores stop at each batch
+                out = poisoned(b, 2, m, n, dtype=out_dtype)[:, 0]
+            else:
+                out = poisoned(b, m, n, dtype=out_dtype)
+            expected = on_oracle_device(oracle_bmm, A, B, sa_ref, sb_ref)
+            return _sample(name, (A, B, sa, sb, out_dtype), {"out": out}, expected)
 
         return real(f"real-{why}-{da}x{db}-{out_dtype}-{a_kind}-{b_kind}-{b}x{m}x{n}x{k}", make)
 
@@ -928,6 +932,7 @@ def bmm_fp8_real():
         row(128, 1, 512, 128, E4M3, E4M3, BF16, "1", "1", "absorb-q-decode"),
         row(128, 300, 128, 512, E4M3, E4M3, BF16, "0d", "chan_row", "absorb-v"),
         row(8, 96, 256, 512, E4M3, E4M3, BF16, "chan_col", "chan_row", "channelwise"),
+        row(16, 96, 384, 256, E4M3, E4M3, FP16, "0d", "0d", "batch-strided-out"),
     ]  # fmt: skip
 
 
