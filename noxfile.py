@@ -1,4 +1,5 @@
-"""Test sessions: one per distribution, packaging, lint and the example.
+"""Test sessions: one per distribution, packaging, lint and the example (the defaults, which run on
+a CPU), and ``gpu`` / ``gpu-slow`` for ``tests/gpu`` on a CUDA machine (``nox -s gpu``).
 
 Every session sees the packages of the Python that runs nox, be it a virtual environment or
 the system's, so nothing downloads torch per session. A session is a plain virtual
@@ -157,6 +158,47 @@ def tests_mla(session):
 def tests_integration(session):
     """Cross-package checks: the caller patterns end to end, hardening, fuzzing."""
     run_tests(session, "integration")
+
+
+def run_gpu_tests(session, marker):
+    """``tests/gpu`` on its own (compiled Triton kernels: never under ``TRITON_INTERPRET``, which
+    the CPU folders set when collected in the same run), with pytest-xdist workers where it is
+    installed (``-n 8``; posargs replace it, e.g. ``-- -n 0``)."""
+    see_invoking_python(session, triton=True)
+    install_all_editable(session)
+    probe = "import torch; print(int(torch.cuda.is_available()), torch.cuda.device_count())"
+    available, count = session.run("python", "-c", probe, silent=True).split()[-2:]
+    if available != "1":
+        session.error(
+            f"the {session.name} session needs a CUDA device; torch sees none (device count {count})"
+        )
+    workers = []
+    if not any(arg == "-n" or arg.startswith(("-n", "--numprocesses")) for arg in session.posargs):
+        has_xdist = session.run(
+            "python",
+            "-c",
+            "import importlib.util as u; print(int(u.find_spec('xdist') is not None))",
+            silent=True,
+        ).split()[-1]
+        workers = ["-n", "8"] if has_xdist == "1" else []
+    env = {"TRITON_INTERPRET": "0"}
+    session.run(
+        "python", "-m", "pytest", "tests/gpu", "-q", "-m", marker, *workers, *session.posargs, env=env
+    )
+
+
+@nox.session(name="gpu")
+def gpu(session):
+    """tests/gpu without the long tail: the op table on CUDA per kernel tier (real sizes, error
+    inputs), graphs, memory, routing, sanitizer cases. Needs a CUDA GPU; not a default session."""
+    run_gpu_tests(session, "not slow")
+
+
+@nox.session(name="gpu-slow")
+def gpu_slow(session):
+    """tests/gpu's long tail (``slow``): the largest real-size rows and every kernel configuration.
+    Needs a CUDA GPU; not a default session."""
+    run_gpu_tests(session, "slow")
 
 
 @nox.session

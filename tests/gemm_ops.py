@@ -25,6 +25,7 @@ from oracles import (
     blockscale_oracle,
     col_major,
     fp8,
+    on_oracle_device,
     oracle_bmm,
     oracle_contiguous,
     oracle_groupwise,
@@ -668,24 +669,27 @@ GROUP_CASES = [
 
 def group_gemm_samples():
     """``group_gemm_fp8_nt_groupwise``: segments by ``m_indptr``; rows outside them keep their NaN."""
-    out = []
-    for name, bounds, m, n, k, mode, gm, dtypes, out_dtype, strided, extra in GROUP_CASES:
-        groups = len(bounds) - 1
-        m_indptr = torch.tensor(bounds, dtype=torch.int32)
-        a, b = fp8(m, k, dtype=dtypes[0]), fp8(groups, n, k, dtype=dtypes[1])
-        kb, nb = math.ceil(k / 128), math.ceil(n / 128)
-        sa_blocks, sb = pow2(math.ceil(m / gm), kb), pow2(groups, nb, kb)
-        stored = (
-            (sa_blocks, sb) if mode == "K" else (sa_blocks.t().contiguous(), sb.transpose(1, 2).contiguous())
-        )
-        o = strided_out(m, n, dtype=out_dtype) if strided else poisoned(m, n, dtype=out_dtype)
-        expected = partial(oracle_segments, a, b, row_scales(sa_blocks, m_indptr, m, gm), sb, m_indptr)
-        rows = torch.zeros(m, dtype=torch.bool)
-        for g in range(groups):
-            rows[bounds[g] : bounds[g + 1]] = True
-        kwargs = dict(extra, scale_granularity_mnk=(gm, 128, 128), scale_major_mode=mode, out=o)
-        out.append(_sample(name, (a, b, *stored, m_indptr), kwargs, expected, rows[:, None].expand(m, n)))
-    return out
+    return [group_gemm_sample(*case) for case in GROUP_CASES]
+
+
+def group_gemm_sample(name, bounds, m, n, k, mode, gm, dtypes, out_dtype, strided, extra, oracle=partial):
+    groups = len(bounds) - 1
+    m_indptr = torch.tensor(bounds, dtype=torch.int32)
+    a, b = fp8(m, k, dtype=dtypes[0]), fp8(groups, n, k, dtype=dtypes[1])
+    kb, nb = math.ceil(k / 128), math.ceil(n / 128)
+    sa_blocks, sb = pow2(math.ceil(m / gm), kb), pow2(groups, nb, kb)
+    stored = (sa_blocks, sb) if mode == "K" else (sa_blocks.t().contiguous(), sb.transpose(1, 2).contiguous())
+    o = strided_out(m, n, dtype=out_dtype) if strided else poisoned(m, n, dtype=out_dtype)
+    expected = oracle(segments_expected, a, b, sa_blocks, sb, m_indptr, gm)
+    rows = torch.zeros(m, dtype=torch.bool)
+    for g in range(groups):
+        rows[bounds[g] : bounds[g + 1]] = True
+    kwargs = dict(extra, scale_granularity_mnk=(gm, 128, 128), scale_major_mode=mode, out=o)
+    return _sample(name, (a, b, *stored, m_indptr), kwargs, expected, rows[:, None].expand(m, n))
+
+
+def segments_expected(a, b, sa_blocks, sb, m_indptr, block_m):
+    return oracle_segments(a, b, row_scales(sa_blocks, m_indptr, a.shape[0], block_m), sb, m_indptr)
 
 
 def group_gemm_mate_call(call, calls) -> None:
@@ -783,21 +787,23 @@ def blockscale_inputs(M, N, K, in_dtype, w_dtype, w_scale, form, out_dtype):
 
 def blockscale_samples():
     """``fp8_blockscale_gemm_sm90``: 16-bit operands are quantized inside (upstream's formula)."""
-    out = []
-    for case in BLOCKSCALE_CASES:
-        M, N, K, *_, out_dtype = case
-        x, w, x_scale, w_scale, x_ref_scale = blockscale_inputs(*case)
+    return [blockscale_sample(case) for case in BLOCKSCALE_CASES]
 
-        def expected(x=x, w=w, x_ref_scale=x_ref_scale, w_scale=w_scale, out_dtype=out_dtype):
-            # exact for upstream's quantization of the 16-bit operands, and within the stated
-            # quantization error of the operands as given
-            return blockscale_oracle(x, w, x_ref_scale, w_scale), quantization_error_bound(
-                x, w, x_ref_scale, w_scale, out_dtype
-            )
 
-        kwargs = {"out": strided_out(M, N, dtype=out_dtype)}
-        out.append(_sample("-".join(str(v) for v in case), (x, w, x_scale, w_scale), kwargs, expected))
-    return out
+def blockscale_sample(case, oracle=partial):
+    M, N, K, *_, out_dtype = case
+    x, w, x_scale, w_scale, x_ref_scale = blockscale_inputs(*case)
+    expected = oracle(blockscale_expected, x, w, x_ref_scale, w_scale, out_dtype)
+    kwargs = {"out": strided_out(M, N, dtype=out_dtype)}
+    return _sample("-".join(str(v) for v in case), (x, w, x_scale, w_scale), kwargs, expected)
+
+
+def blockscale_expected(x, w, x_ref_scale, w_scale, out_dtype):
+    """Exact for upstream's quantization of the 16-bit operands, and within the stated
+    quantization error of the operands as given."""
+    return blockscale_oracle(x, w, x_ref_scale, w_scale), quantization_error_bound(
+        x, w, x_ref_scale, w_scale, out_dtype
+    )
 
 
 def blockscale_compare(result, call, slack=0.0, tensor_cores=False) -> None:
@@ -836,7 +842,7 @@ def blockscale_errors():
         case("fp8 input bf16 weight", ValueError, r"^FP8 input \+ BF16 weight is not supported", x8, w, sx),
         case("input_scale missing", ValueError, r"^input_scale is required when input is FP8", x8, w8, None, sw),
         case("input_scale fp16", ValueError, r"^input_scale must be float32, got torch.float16$", x8, w8, sx.half(), sw),
-        case("input_scale device", ValueError, r"^input_scale device mismatch\. Expected cpu, got meta$",
+        case("input_scale device", ValueError, r"^input_scale device mismatch\. Expected (cpu|cuda:\d+), got meta$",
              x8, w8, sx.to("meta"), sw),
         case("input_scale shape", ValueError, r"shape \(4, 2\).*for `input_scale`", x8, w8, pow2(4, 4), sw),
         case("input fp16", ValueError, r"^Input must be either FP8 \(torch.float8_e4m3fn\) or BF16 \(torch.bfloat16\), "
@@ -855,7 +861,7 @@ def blockscale_errors():
              None, sw),
         case("out shape", ValueError, r"^Output shape mismatch\. Expected \(4, 128\), got \(4, 64\)$",
              x, w, out=poisoned(4, 64, dtype=BF16)),
-        case("out device", ValueError, r"^Output device mismatch\. Expected cpu, got meta$", x, w,
+        case("out device", ValueError, r"^Output device mismatch\. Expected (cpu|cuda:\d+), got meta$", x, w,
              out=torch.empty(4, 128, dtype=BF16, device="meta")),
         case("out fp32", ValueError, r"^Output dtype must be torch.bfloat16 or torch.float16, got torch.float32$", x, w,
              out=poisoned(4, 128, dtype=FP32)),
@@ -874,6 +880,202 @@ def only_call(calls, name):
     found = [args for called, args in calls if called == name]
     assert len(found) == 1, [c for c, _ in calls]
     return found[0]
+
+
+# ----------------------------------------------------------------------------- real sizes, cuda only
+
+# DeepSeek-V3's GEMMs at the sizes the callers run them (decode m = 1 to prefill m = 4096, k up to
+# 7168, n up to 24576), and the layouts only a real size reaches (m past a tile, n and k off the
+# tile grid). Only the CUDA implementation runs them (``OpInfo.cuda_samples``); their float64
+# oracles run on the GPU (``oracles.on_oracle_device``). ``slow``: the long tail (``gpu-slow``).
+
+
+def real(name, make, slow=False) -> Entry:
+    """A lazy real-size row: ``make()`` builds the sample named ``name`` when a test asks."""
+    return Entry(name, lambda: make(name), slow)
+
+
+def bmm_bf16_real():
+    def row(b, m, n, k, dtype, out_dtype):
+        def make(name):
+            A = torch.randn(b, m, k).to(dtype)
+            B = col_major(torch.randn(b, k, n).to(dtype))
+            kwargs = {"out": poisoned(b, m, n, dtype=out_dtype), "out_dtype": out_dtype}
+            return _sample(name, (A, B), kwargs, on_oracle_device(oracle_bmm, A, B))
+
+        return real(f"real-{dtype}-{out_dtype}-{b}x{m}x{n}x{k}", make)
+
+    return [row(16, 128, 512, 2688, BF16, BF16), row(16, 128, 512, 2688, FP16, FP32)]
+
+
+def bmm_fp8_real():
+    def row(b, m, n, k, da, db, out_dtype, a_kind, b_kind, why):
+        def make(name):
+            A, B = fp8(b, m, k, dtype=da), col_major(fp8(b, k, n, dtype=db))
+            sa, sa_ref = _scale(a_kind, b, m, rows_last=False)
+            sb, sb_ref = _scale(b_kind, b, n, rows_last=True)
+            if (
+                why == "batch-strided-out"
+            ):  # every other (m, n) block of a buffer: TMA stores stop at each batch
+                out = poisoned(b, 2, m, n, dtype=out_dtype)[:, 0]
+            else:
+                out = poisoned(b, m, n, dtype=out_dtype)
+            expected = on_oracle_device(oracle_bmm, A, B, sa_ref, sb_ref)
+            return _sample(name, (A, B, sa, sb, out_dtype), {"out": out}, expected)
+
+        return real(f"real-{why}-{da}x{db}-{out_dtype}-{a_kind}-{b_kind}-{b}x{m}x{n}x{k}", make)
+
+    return [
+        row(1, 48, 10304, 2688, E4M3, E4M3, BF16, "0d", "0d", "linear"),  # one batch: cuBLASLt
+        row(1, 1, 2112, 7168, E5M2, E5M2, FP16, "0d", "0d", "linear-e5m2"),  # no cuBLASLt e5m2 pair
+        row(128, 64, 512, 128, E4M3, E4M3, BF16, "0d", "0d", "absorb-q"),  # sglang's MLA absorb
+        row(128, 1, 512, 128, E4M3, E4M3, BF16, "1", "1", "absorb-q-decode"),
+        row(128, 300, 128, 512, E4M3, E4M3, BF16, "0d", "chan_row", "absorb-v"),
+        row(8, 96, 256, 512, E4M3, E4M3, BF16, "chan_col", "chan_row", "channelwise"),
+        row(16, 96, 384, 256, E4M3, E4M3, FP16, "0d", "0d", "batch-strided-out"),
+    ]  # fmt: skip
+
+
+def groupwise_real():
+    def row(m, n, k, mode, gran, out_dtype, out_kind, slow=False):
+        def make(name):
+            gm, gn, gk = GRANULARITY[gran]
+            a, b = fp8(m, k), fp8(n, k)
+            sa, sb = pow2(math.ceil(m / gm), math.ceil(k / gk)), pow2(math.ceil(n / gn), math.ceil(k / gk))
+            stored = (sa, sb) if mode == "K" else (sa.t().contiguous(), sb.t().contiguous())
+            o = (
+                poisoned(m, n, dtype=out_dtype)
+                if out_kind == "poison"
+                else strided_out(m, n, dtype=out_dtype)
+            )
+            kwargs = {"scale_granularity_mnk": (gm, gn, gk), "out": o}
+            expected = on_oracle_device(oracle_groupwise, a, b, sa, sb, gm, gn, gk)
+            return _sample(name, (a, b, *stored, mode), kwargs, expected)
+
+        return real(f"real-{mode}-{gran}-{out_dtype}-{out_kind}-{m}x{n}x{k}", make, slow)
+
+    def fp8_output(m, n, k):
+        def make(name):
+            a, b = fp8(m, k), fp8(n, k)
+            sa, sb = pow2(m, math.ceil(k / 128)), pow2(math.ceil(n / 128), math.ceil(k / 128))
+            scale = torch.full((m, math.ceil(n / 128)), float("nan"))
+            expected = on_oracle_device(oracle_groupwise, a, b, sa, sb, 1, 128, 128)
+            return _sample(name, (a, b, sa, sb, "K"), {"output_scale": scale}, expected, output_scale=scale)
+
+        return real(f"real-fp8-output-{m}x{n}x{k}", make)
+
+    return [
+        row(1, 7168, 2048, "K", "row", BF16, "poison"),  # decode
+        row(64, 2112, 7168, "MN", "row", BF16, "poison"),  # sglang's MN-major scales
+        row(300, 24576, 1536, "K", "block", BF16, "poison"),
+        row(100, 2112, 200, "K", "row", FP16, "poison"),  # k % 128: no cuBLASLt, a partial K block
+        row(64, 1000, 7168, "K", "row", BF16, "poison"),  # n % 16
+        row(257, 384, 208, "MN", "row", BF16, "strided"),  # m past a tile, k / 128 not whole
+        row(4096 + 33, 2112, 1536, "K", "block", FP16, "strided"),  # 128-row A blocks past a tile
+        row(4096, 4096, 7168, "MN", "block", BF16, "poison", slow=True),  # prefill
+        fp8_output(256, 2112, 7168),
+    ]
+
+
+def deepgemm_ids(group_rows, pad_rows=128):
+    """Each group's rows padded with -1 up to a multiple of 128 (DeepGEMM's layout)."""
+    parts = []
+    for g, rows in enumerate(group_rows):
+        parts += [torch.full((rows,), g), torch.full((-rows % pad_rows,), -1)]
+    return torch.cat(parts).int()
+
+
+def contiguous_real():
+    def row(groups, n, k, ids_of, why):
+        def make(name):
+            ids = ids_of()
+            m, kb = ids.numel(), math.ceil(k / 128)
+            a, b = fp8(m, k), fp8(groups, n, k)
+            sa, sb = pow2(m, kb), pow2(groups, math.ceil(n / 128), kb)
+            valid = ((ids >= 0) & (ids < groups))[:, None].expand(m, n)
+            kwargs = {"out": poisoned(m, n, dtype=BF16)}
+            expected = on_oracle_device(oracle_contiguous, a, b, sa, sb, ids)
+            return _sample(name, (a, b, sa, sb, ids), kwargs, expected, valid)
+
+        return real(f"real-{why}-G{groups}-{n}x{k}", make)
+
+    return [
+        row(5, 4096, 7168, lambda: deepgemm_ids([128, 200, 0, 384, 77]), "padded-empty-group"),
+        # ids in any order, -1 and ids >= G: a row tile holding several groups
+        row(4, 256, 512, lambda: torch.randint(-1, 6, (1000,), dtype=torch.int32), "ragged-ids"),
+    ]
+
+
+def masked_real():
+    def row(groups, m, n, k, slow=False):
+        def make(name):
+            masked_m = torch.randint(1, m, (groups,), dtype=torch.int32)
+            masked_m[0], masked_m[-1] = 0, m  # an empty group and a full one
+            kb = math.ceil(k / 128)
+            a, b = fp8(groups, m, k), fp8(groups, n, k)
+            sa, sb = pow2(groups, m, kb), pow2(groups, math.ceil(n / 128), kb)
+            valid = (torch.arange(m)[None, :] < masked_m[:, None])[..., None].expand(groups, m, n)
+            expected_m = max(1, min(int(masked_m.float().mean()) + 1, m))
+            kwargs = {"out": poisoned(groups, m, n, dtype=BF16)}
+            expected = on_oracle_device(oracle_masked, a, b, sa, sb, masked_m)
+            return _sample(name, (a, b, sa, sb, masked_m, expected_m), kwargs, expected, valid)
+
+        return real(f"real-G{groups}-{m}x{n}x{k}", make, slow)
+
+    return [row(8, 256, 4096, 7168), row(4, 1000, 7168, 2048, slow=True)]
+
+
+def blockscaled_real():
+    def row(m, n, k, mode, slow=False):
+        def make(name):
+            a, b = fp8(m, k), fp8(n, k)
+            sa, sb = (
+                pow2(math.ceil(m / 128), math.ceil(k / 128)),
+                pow2(math.ceil(n / 128), math.ceil(k / 128)),
+            )
+            stored = (sa, sb) if mode == "K" else (sa.t().contiguous(), sb.t().contiguous())
+            expected = on_oracle_device(oracle_groupwise, a, b, sa, sb, 128, 128, 128)
+            return _sample(name, (a, b, *stored, mode), {"out": poisoned(m, n, dtype=BF16)}, expected)
+
+        return real(f"real-{mode}-{m}x{n}x{k}", make, slow)
+
+    return [row(300, 2112, 7168, "K"), row(128, 7168, 2048, "MN"), row(4096, 4096, 7168, "MN", slow=True)]
+
+
+# (name, offsets, rows, n, k, scale major, block_m, dtypes, out dtype, strided out, kwargs, slow)
+GROUP_REAL_CASES = [
+    ("real-eight-groups-of-4-rows", list(range(0, 33, 4)), 32, 7168, 2048, "K", 1, (E4M3, E4M3), BF16, False, {}, False),
+    ("real-block-128-untouched-rows", [8, 300, 301, 777], 800, 2112, 7168, "MN", 128, (E4M3, E4M3), BF16, False, {},
+     False),
+    ("real-e5m2-fp16", [0, 100, 612], 612, 2048, 1536, "K", 1, (E5M2, E4M3), FP16, False, {}, False),
+    ("real-prefill-empty-groups", [0, 256, 256, 1000, 1004, 2048], 2048, 4096, 7168, "MN", 1, (E4M3, E4M3), BF16,
+     False, {}, True),
+]  # fmt: skip
+
+
+def group_gemm_real():
+    return [
+        real(
+            case[0], lambda name, case=case: group_gemm_sample(*case[:-1], oracle=on_oracle_device), case[-1]
+        )
+        for case in GROUP_REAL_CASES
+    ]
+
+
+BLOCKSCALE_REAL_CASES = [
+    (1, 7168, 2048, BF16, E4M3, "block", None, BF16),  # decode, the activation quantized inside
+    (16, 2112, 7168, E4M3, E4M3, "token", "padded", BF16),
+    (64, 24576, 1536, BF16, BF16, None, None, BF16),
+    (300, 4096, 7168, BF16, E4M3, "token", None, BF16),
+    (48, 2112, 7168, BF16, E4M3, "block", None, FP16),
+]
+
+
+def blockscale_real():
+    def make(case):
+        return lambda name: blockscale_sample(case, oracle=on_oracle_device)
+
+    return [real("real-" + "-".join(str(v) for v in case), make(case)) for case in BLOCKSCALE_REAL_CASES]
 
 
 # ----------------------------------------------------------------------------- the table
@@ -895,6 +1097,11 @@ def _all(*makers):
     return lambda: [row for make in makers for row in make()]
 
 
+# The kernel tiers of the ops whose CUDA path reaches a Gluon kernel (``use_gluon`` in
+# ``flashinfer/gemm/_cuda.py``: bmm_fp8, the dense, grouped and segment GEMMs, and the two siblings
+# that call the dense one); bmm_bf16 is cuBLAS only.
+TIERS = ("gluon", "tl")
+
 OPS = [
     OpInfo(
         "bmm_bf16",
@@ -904,6 +1111,7 @@ OPS = [
         compare,
         ("cudnn", "cutlass", "cutile", "tgv", "auto", "mudnn"),
         interpreted=False,  # cuBLAS
+        cuda_samples=bmm_bf16_real,
     ),
     OpInfo(
         "bmm_fp8",
@@ -912,6 +1120,8 @@ OPS = [
         _all(bmm_fp8_errors, bmm_fp8_bad_inputs),
         compare,
         ("cudnn", "cublas", "cutlass", "auto", "mudnn"),
+        tiers=TIERS,
+        cuda_samples=bmm_fp8_real,
     ),
     OpInfo(
         "gemm_fp8_nt_groupwise",
@@ -920,6 +1130,8 @@ OPS = [
         _all(groupwise_errors, groupwise_bad_inputs),
         compare,
         ("cutlass", "trtllm", "cutile", "auto", "mudnn", "mubin"),
+        tiers=TIERS,
+        cuda_samples=groupwise_real,
     ),
     OpInfo(
         "group_deepgemm_fp8_nt_groupwise",
@@ -927,6 +1139,8 @@ OPS = [
         entries(contiguous_samples),
         _all(contiguous_errors, grouped_bad_inputs),
         compare,
+        tiers=TIERS,
+        cuda_samples=contiguous_real,
     ),
     OpInfo(
         "batch_deepgemm_fp8_nt_groupwise",
@@ -934,6 +1148,8 @@ OPS = [
         entries(masked_samples),
         _all(masked_errors, masked_bad_inputs),
         compare,
+        tiers=TIERS,
+        cuda_samples=masked_real,
     ),
     OpInfo(
         "gemm_fp8_nt_blockscaled",
@@ -942,6 +1158,8 @@ OPS = [
         blockscaled_errors,
         compare,
         mate_call=blockscaled_mate_call,
+        tiers=TIERS,
+        cuda_samples=blockscaled_real,
     ),
     OpInfo(
         "group_gemm_fp8_nt_groupwise",
@@ -951,6 +1169,8 @@ OPS = [
         compare,
         ("trtllm", "cutile", "auto", "mubin"),
         mate_call=group_gemm_mate_call,
+        tiers=TIERS,
+        cuda_samples=group_gemm_real,
     ),
     OpInfo(
         "fp8_blockscale_gemm_sm90",
@@ -959,6 +1179,8 @@ OPS = [
         blockscale_errors,
         blockscale_compare,
         mate_call=blockscale_mate_call,
+        tiers=TIERS,
+        cuda_samples=blockscale_real,
     ),
 ]
 OPS_BY_NAME = {op.name: op for op in OPS}

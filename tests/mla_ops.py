@@ -245,9 +245,13 @@ def padded_pages(pages: torch.Tensor, pad_rows: int) -> torch.Tensor:
 
 @lazy
 def dense_sample(name, batch=2, q_len=1, heads=4, page_size=32, dtype=torch.bfloat16, cache_4d=True,
-                 bmm1=0.08, bmm2=1.0, width_pages=None, lse="none", out="none", sinks=False) -> Sample:  # fmt: skip
-    """A dense decode call: random page map, -1 padding past each request's pages."""
-    seq_lens = torch.randint(q_len, 3 * page_size, (batch,), dtype=torch.int32)
+                 bmm1=0.08, bmm2=1.0, width_pages=None, lse="none", out="none", sinks=False, lengths=None) -> Sample:  # fmt: skip
+    """A dense decode call: random page map, -1 padding past each request's pages (``lengths``:
+    the KV lengths, else random ones of up to 3 pages)."""
+    if lengths is None:
+        seq_lens = torch.randint(q_len, 3 * page_size, (batch,), dtype=torch.int32)
+    else:
+        seq_lens = torch.tensor(lengths, dtype=torch.int32)
     pages_needed = [-(-int(s) // page_size) for s in seq_lens]
     num_pages = sum(pages_needed) + 2
     width = width_pages or max(pages_needed) + 1
@@ -315,6 +319,28 @@ def decode_samples() -> list:
         dense_sample("dense_fp8_q2_page64", q_len=2, page_size=64, dtype=E4M3, cache_4d=False, out="strided"),
         dense_sample("dense_sinks_lse3d", heads=3, sinks=True, lse="3d", width_pages=64),
     ]
+
+
+def rope_real_samples() -> list:
+    """A prefill chunk of DeepSeek's MLA: 512 tokens, 128 heads."""
+    return [rope_sample("real_512_tokens_128_heads", nnz=512, q_heads=128, k_heads=1, rope_dim=64, nope_dim=512,
+                        k_2d=True, scale_kv=0.5)]  # fmt: skip
+
+
+def decode_real_samples() -> list:
+    """DeepSeek-V3.2's sparse decode (top-k 2048, up to 128 heads, MTP) and dense decode over
+    thousands of positions."""
+    return [
+        sparse_sample("real_fp8_b4_q2_h128_topk2048", batch=4, q_len=2, heads=128, topk=2048, lse="return"),
+        sparse_sample("real_bf16_b1_q1_h128_topk2048_sinks", batch=1, heads=128, topk=2048, dtype=torch.bfloat16,
+                      sinks=True, lse="3d", out="contiguous"),
+        sparse_sample("real_fp8_b3_q1_h17_topk2048_counts", batch=3, heads=17, topk=2048, seq="counts", lse="return"),
+        sparse_sample("real_bf16_b4_q2_h64_topk2048_page64", batch=4, q_len=2, heads=64, topk=2048, page_size=64,
+                      dtype=torch.bfloat16, lse="return"),
+        dense_sample("real_dense_fp8_q2_page64", batch=3, q_len=2, heads=64, page_size=64, dtype=E4M3,
+                     lengths=[3000, 1, 1280], lse="return"),
+        dense_sample("real_dense_bf16_h128", batch=4, heads=128, lengths=[4000, 17, 64, 2500], lse="return"),
+    ]  # fmt: skip
 
 
 def decode_compare(result, call, slack=0.0, tensor_cores=False) -> None:
@@ -450,6 +476,26 @@ def packed_samples() -> list:
         ),  # fmt: skip
         sample("packed_sinks_empty_token", sinks=True, heads=8, lse="return"),
     ]
+
+
+def packed_real_samples() -> list:
+    """The packed cache at DeepSeek-V3.2's size: top-k 2048 over a pool of 40000 rows (625 pages
+    of 64), up to 128 heads."""
+
+    @lazy
+    def sample(name, lse="return", out="none", **config) -> Sample:
+        kwargs, oracle = packed_kwargs(topk=2048, page_size=64, pages=625, **config)
+        return _with_outputs(name, kwargs, lse, out, oracle)
+
+    return [
+        sample("real_packed_b4_q2_h128_sinks", batch=4, q_len=2, heads=128, sinks=True),
+        sample("real_packed_b1_q1_h128_no_lengths", batch=1, heads=128, lengths=None),
+        sample("real_packed_b3_h17_arbitrary_scales", batch=3, heads=17, pow2=False),
+        sample("real_packed_b64_h64", batch=64, heads=64),
+        # vLLM's SM120 call: no lengths, out and a [T, 1, H] LSE given
+        sample("real_packed_vllm_t16_h128", batch=16, heads=128, lengths=None, lse="3d", out="contiguous",
+               bmm1=576**-0.5),
+    ]  # fmt: skip
 
 
 def packed_errors() -> list:
@@ -626,6 +672,7 @@ OPS = [
         rope_samples,
         _all(rope_errors, rope_bad_inputs),
         rope_compare,
+        cuda_samples=rope_real_samples,
     ),
     OpInfo(
         "mla_rope_quantize_fp8",
@@ -633,6 +680,7 @@ OPS = [
         rope_samples,
         _all(rope_errors, mla_rope_bad_inputs),
         rope_compare,
+        cuda_samples=rope_real_samples,
     ),
     OpInfo(
         "trtllm_batch_decode_with_kv_cache_mla",
@@ -640,6 +688,8 @@ OPS = [
         decode_samples,
         _all(decode_errors, decode_bad_inputs),
         decode_compare,
+        tiers=("gluon", "tl"),  # the Gluon decode kernel (flashinfer/mla/_cuda.py: use_gluon)
+        cuda_samples=decode_real_samples,
     ),
     OpInfo(
         "trtllm_batch_decode_with_kv_cache_mla[packed]",
@@ -647,6 +697,7 @@ OPS = [
         packed_samples,
         _all(packed_errors, packed_bad_inputs),
         decode_compare,
+        cuda_samples=packed_real_samples,  # one tier: the Gluon kernel has no packed mode
     ),
 ]
 OPS_BY_NAME = {op.name: op for op in OPS}

@@ -11,12 +11,19 @@ implementation:
 - ``reference``: the float32 PyTorch implementation (CPU tensors; ``tests/{gemm,mla}``);
 - ``mate``: the MATE adapter over the float64 MATE stand-in (``tests/standin``; CPU tensors
   routed to ``_mate``; ``tests/{gemm,mla}``);
-- ``cuda``: the CUDA implementation on a CUDA device (``tests/gpu/test_optable_cuda.py``,
-  once per kernel tier): the sample's tensors are copied to the GPU with their strides and
-  aliasing kept, the oracle stays on the CPU, and the tolerance adds the tensor cores' slack
-  (:data:`CUDA_SLACK`). Without a GPU, the same implementation on CPU tensors with its Triton
-  kernels interpreted (``tests/{gemm,mla}/triton/test_*_table_interpreted.py``, routed by
-  ``tests/triton_interpreter.py``), for every op that has Triton kernels, same rules.
+- ``cuda``: the CUDA implementation on a CUDA device (``tests/gpu/test_optable_cuda.py``):
+  the sample's tensors are copied to the GPU with their strides and aliasing kept, the oracle
+  stays float64 (on the CPU; the real-size rows compute theirs on the GPU), and the tolerance
+  adds the tensor cores' slack (:data:`CUDA_SLACK`). An op whose CUDA path has a Gluon kernel
+  lists the kernel tiers that differ (:attr:`OpInfo.tiers`): its samples run once per tier
+  (``cuda-gluon``, ``cuda-tl``; :func:`use_tier` sets ``FLASHINFER_KERNEL_TIER`` for the test).
+  The op's :attr:`OpInfo.cuda_samples` are rows at real model sizes that only the GPU runs
+  (the reference, the MATE stand-in and the interpreter would take minutes); the longest are
+  marked ``slow``. Every error input also runs on ``cuda``, its tensors copied to the GPU.
+  Without a GPU, the same implementation on CPU tensors with its Triton kernels interpreted
+  (``tests/{gemm,mla}/triton/test_*_table_interpreted.py``, routed by
+  ``tests/triton_interpreter.py``), for every op that has Triton kernels, same rules, small
+  rows only.
 """
 
 from __future__ import annotations
@@ -74,6 +81,7 @@ class Entry:
 
     name: str
     build: Callable[[], Sample]
+    slow: bool = False  # a real-size row of the long tail: the ``gpu-slow`` session runs it
 
 
 @dataclass
@@ -100,16 +108,58 @@ class OpInfo:
     # the CUDA implementation runs Triton kernels for it (else library calls only, e.g. cuBLAS),
     # so it also runs under the interpreter on a CPU
     interpreted: bool = True
+    # the kernel tiers (``FLASHINFER_KERNEL_TIER``) whose CUDA kernels differ for this op: its
+    # CUDA path reaches a Gluon kernel (``use_gluon`` in ``flashinfer/*/_cuda.py``); () = one run
+    tiers: tuple = ()
+    # -> [Entry]: rows at real model sizes, run by the ``cuda`` implementation only
+    cuda_samples: Callable[[], list] = list
 
 
 def sample_params(ops, implementations=CPU_IMPLEMENTATIONS) -> list:
-    """``pytest.param(implementation, op, entry name)`` for every sample of every op."""
+    """``pytest.param(implementation, op, entry name)`` for every (small) sample of every op."""
     return [
         pytest.param(impl, op, entry.name, id=f"{impl}-{op.name}-{entry.name}")
         for impl in implementations
         for op in ops
         for entry in op.samples()
     ]
+
+
+def cuda_implementations(op: OpInfo) -> list:
+    """``cuda-<tier>`` for each kernel tier of ``op``, or plain ``cuda``."""
+    return [f"cuda-{tier}" for tier in op.tiers] or ["cuda"]
+
+
+def cuda_sample_params(ops) -> list:
+    """The ``cuda`` implementation's params: every sample, the real-size rows included (the
+    long tail marked ``slow``), once per kernel tier of the op."""
+    return [
+        pytest.param(
+            impl,
+            op,
+            entry.name,
+            id=f"{impl}-{op.name}-{entry.name}",
+            marks=[pytest.mark.slow] if entry.slow else [],
+        )  # fmt: skip
+        for op in ops
+        for entry in [*op.samples(), *op.cuda_samples()]
+        for impl in cuda_implementations(op)
+    ]
+
+
+def use_tier(implementation: str, monkeypatch) -> None:
+    """Select the kernel tier named by ``implementation`` (``cuda-gluon``, ``cuda-tl``; plain
+    ``cuda``: the default, ``auto``) for the rest of the test; skip the Gluon tier where its
+    kernels cannot run (``kernel_tier.gluon_supported``)."""
+    from flashinfer._core.kernel_tier import KERNEL_TIER_ENV, gluon_supported
+
+    tier = implementation.partition("-")[2]
+    if not tier:
+        monkeypatch.delenv(KERNEL_TIER_ENV, raising=False)
+        return
+    if tier == "gluon" and not gluon_supported(torch.cuda.current_device()):
+        pytest.skip("the Gluon tier runs on compute capability 9.0 with the Triton versions of kernel_tier")
+    monkeypatch.setenv(KERNEL_TIER_ENV, tier)
 
 
 def error_params(ops, implementations=CPU_IMPLEMENTATIONS) -> list:
@@ -122,8 +172,10 @@ def error_params(ops, implementations=CPU_IMPLEMENTATIONS) -> list:
 
 
 def build(op: OpInfo, name: str) -> Sample:
-    """The sample ``name`` of ``op``, its random data drawn now."""
-    entry = next(e for e in op.samples() if e.name == name)
+    """The sample ``name`` of ``op`` (a real-size row too), its random data drawn now."""
+    entry = next((e for e in op.samples() if e.name == name), None)
+    if entry is None:
+        entry = next(e for e in op.cuda_samples() if e.name == name)
     return entry.build()
 
 
@@ -139,6 +191,13 @@ def to_device(sample: Sample, device) -> Sample:
     (outputs that are slices of one fused buffer) kept; the oracle keeps the CPU inputs."""
     if torch.device(device).type == "cpu":
         return sample
+    args, kwargs = moved_to(device, sample.args, sample.kwargs)
+    return replace(sample, args=args, kwargs=kwargs)
+
+
+def moved_to(device, args, kwargs) -> tuple:
+    """``(args, kwargs)`` with every tensor (in lists and tuples too) copied to ``device`` as
+    :func:`to_device` does; ``meta`` tensors (the "other device" of error inputs) stay."""
     storages = {}
 
     def move(value):
@@ -153,7 +212,7 @@ def to_device(sample: Sample, device) -> Sample:
         moved = torch.empty(0, dtype=value.dtype, device=device)
         return moved.set_(storages[key], value.storage_offset(), value.shape, value.stride())
 
-    return replace(sample, args=move(sample.args), kwargs={k: move(v) for k, v in sample.kwargs.items()})
+    return move(tuple(args)), {k: move(v) for k, v in kwargs.items()}
 
 
 def run_sample(op: OpInfo, sample: Sample, device="cpu", slack=0.0, tensor_cores=None, **changes):
@@ -195,10 +254,13 @@ def _same(now: torch.Tensor, saved: torch.Tensor) -> bool:
     return torch.equal(now, saved)
 
 
-def raises_before_any_write(op: OpInfo, error: ErrorInput) -> None:
+def raises_before_any_write(op: OpInfo, error: ErrorInput, device="cpu") -> None:
     """The call raises the expected exception with a message matching the pattern, and no caller
-    tensor was written before."""
+    tensor was written before (``device``: the error input's tensors copied there first, as
+    :func:`to_device` copies a sample's)."""
     args, kwargs = error.build()
+    if torch.device(device).type != "cpu":
+        args, kwargs = moved_to(device, args, kwargs)
     tensors = _tensors([*args, *kwargs.values()])
     before = [t.clone() for t in tensors]
     with pytest.raises(error.exc) as raised:

@@ -1,5 +1,5 @@
 """Every GEMM call pattern of spec/callers.md G1-G7 and section 5.1, verbatim, on the reference
-and on the MATE adapter (stand-in). Oracles and tolerances: see gemm_cases.py."""
+and on the MATE adapter (stand-in). Oracles and tolerances: ``tests/oracles.py``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hypothesis over shapes, strides, dtypes and bad inputs (oracles and tolerances: gemm_cases.py)."""
+"""Hypothesis over shapes, strides, dtypes and bad inputs (oracles and tolerances: ``tests/oracles.py``)."""
 
 from __future__ import annotations
 
