@@ -17,8 +17,10 @@ Kernel tiers (``flashinfer._core.kernel_tier``): the Gluon kernels (``kernels.bm
 on compute capability 9.0 with the Triton versions they were built for. ``auto`` takes them
 where the H200 benchmark shows them ahead of the alternative (``GLUON_GROUPED_IN_AUTO``): the
 grouped GEMMs (contiguous, masked and row segments), 1.65-1.88x the tl kernels on DeepSeek's MoE
-shapes (``benchmarks/RESULTS.md``). The dense block-scaled GEMM stays on cuBLASLt,
-which is ahead at most m, and ``bmm_fp8`` on its measured routes (``GLUON_IN_AUTO``).
+shapes (``benchmarks/RESULTS.md``). The dense block-scaled GEMM runs the decode-size kernel up to
+``DECODE_GEMM_MAX_M`` rows (``kernels.blockwise.fp8_decode_gemm``, a portable Triton kernel, on
+every tier but a forced Gluon one), or cuBLASLt where its table measured cuBLASLt faster; above,
+cuBLASLt, which is ahead at most m; ``bmm_fp8`` stays on its measured routes (``GLUON_IN_AUTO``).
 ``FLASHINFER_KERNEL_TIER=gluon`` forces every call the Gluon kernels take onto them, at every m
 (and raises on a device or Triton they do not run on); ``tl`` keeps the portable kernels.
 """
@@ -50,6 +52,11 @@ GLUON_OVER_CUBLAS_MAX_M = 256
 # m in the last H200 run) and the grouped GEMMs (ahead of the tl kernels at every MoE shape).
 GLUON_IN_AUTO = False
 GLUON_GROUPED_IN_AUTO = True
+# Dense block-scaled GEMMs up to this many rows run the decode-size kernel (A and B swapped, K
+# split: kernels.blockwise.fp8_decode_gemm) on every tier but a forced Gluon one; its launch shapes
+# come from the table benchmarks/decode_gemm_sweep.py writes, which also says where cuBLASLt's
+# block-scaled GEMM is faster still (then it runs, where it takes the operands).
+DECODE_GEMM_MAX_M = 256
 
 
 def _has_fp8_mma(device: torch.device) -> bool:
@@ -69,6 +76,13 @@ def _gluon_blockwise():
     from flashinfer.gemm.kernels.blockwise import gluon_fp8_blockwise
 
     return gluon_fp8_blockwise
+
+
+@functools.cache
+def _decode_gemm():
+    from flashinfer.gemm.kernels.blockwise import fp8_decode_gemm
+
+    return fp8_decode_gemm
 
 
 @functools.cache
@@ -193,6 +207,8 @@ def gemm_groupwise(call: Groupwise) -> None:
     if not _has_fp8_mma(a.device):
         _no_fp8_mma("gemm_fp8_nt_groupwise", a.device)
         _reference.gemm_groupwise(call)
+    elif _decode_gemm_takes(call) and not _cublas_ahead_of_decode_gemm(a, b, block_m, out):
+        _decode_gemm().gemm_groupwise(call)
     elif (
         _gluon_groupwise_takes(a, b, block_m, block_n, block_k)
         and use_gluon(a.device, GLUON_IN_AUTO)
@@ -211,6 +227,28 @@ def gemm_groupwise(call: Groupwise) -> None:
         from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
         fp8_blockwise.gemm_groupwise(call)
+
+
+def _decode_gemm_takes(call: Groupwise) -> bool:
+    # decode sizes with 16-bit output; 1x128 or 128x128 activation blocks, 1x128 or 128x128
+    # weight blocks (the kernel reads both scale views through their strides)
+    return (
+        call.output_scale is None
+        and os.environ.get(KERNEL_TIER_ENV) != "gluon"  # forced: the Gluon kernel's tests
+        and call.a.shape[0] <= DECODE_GEMM_MAX_M
+        and call.block_k == 128
+        and call.block_m in (1, 128)
+        and call.block_n in (1, 128)
+    )
+
+
+def _cublas_ahead_of_decode_gemm(a, b, block_m, out) -> bool:
+    # where the sweep measured cuBLASLt ahead of the decode-size kernel and it takes the operands
+    m, k = a.shape
+    n = b.shape[0]
+    return _decode_gemm().cublas_ahead(m, n, k, a.device) and _blockwise_cublas_takes(
+        a, b, block_m, 128, 128, out
+    )
 
 
 def _gluon_groupwise_takes(a, b, block_m, block_n, block_k) -> bool:
