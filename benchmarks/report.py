@@ -40,6 +40,9 @@ FILES = {
     "gemm": "gemm_h200.json",  # every bench_gemm.py section ...
     "gemm_mla": "gemm_mla_h200_persistent.json",  # ... but the MLA absorb one, re-measured
     "gemm_mla_upstream": "gemm_mla_upstream_h200.log",  # upstream's bmm_fp8 (a log, no JSON)
+    "blockscale": "blockscale_h200.json",  # fp8_blockscale_gemm_sm90, ours, and ...
+    "blockscale_upstream": "blockscale_upstream_h200.json",  # ... upstream's, the same session
+    "decode_gemm_sweep": "decode_gemm_sweep_h200.json",  # the run that wrote decode_gemm_table.py
     "probe": "gluon_probe_h200.json",
     "probe_tl": "gluon_probe_h200_with_tl.json",  # the run before it, with the tl kernels
     "rope": "mla_targets_h200.json",  # its RoPE rows; its decode rows re-time the grid's targets
@@ -187,6 +190,20 @@ def upstream_mla_us() -> dict[str, dict[str, float]]:
     return found
 
 
+def blockscale_rows() -> list[dict]:
+    """``fp8_blockscale_gemm_sm90`` per shape and input dtype: ours and upstream's sm90 kernel (us)."""
+    theirs = {
+        (r["shape"], r["impl"].split(" input")[0].split()[-1]): r for r in load("blockscale_upstream")["rows"]
+    }
+    rows = []
+    for r in ours(load("blockscale")["rows"]):
+        dtype = r["impl"].split(" input")[0].split()[-1]
+        upstream = theirs[(r["shape"], dtype)]
+        rows.append({"shape": r["shape"], "input": dtype, "floor": r["floor_ms"] * 1e3, "ours": r["ms"] * 1e3,
+                     "upstream": upstream["ms"] * 1e3, "ratio": upstream["ms"] / r["ms"]})  # fmt: skip
+    return rows
+
+
 def versus_gluon(kind: str, theirs: str) -> list[list[float]]:
     """Per layout (contiguous, masked), the time of ``theirs`` ("DeepGEMM", "tl") over Gluon's on
     each grouped shape of a probe run."""
@@ -274,7 +291,15 @@ def gemm_summary() -> list[list[str]]:
         out: [r["vs_anchor"] for r in ours(gemm["bf16"]) if r["shape"].endswith(out)]
         for out in ("bfloat16", "float32")
     }
+    blockscale = blockscale_rows()
+    decode_size = [r["ratio"] for r in blockscale if int(re.search(r"m=(\d+)", r["shape"])[1]) <= 128]
+    larger = [r["ratio"] for r in blockscale if int(re.search(r"m=(\d+)", r["shape"])[1]) >= 512]
+    ahead = sum(shown(v) >= 1 for v in decode_size)
     return [
+        ["`fp8_blockscale_gemm_sm90`, FP8 and BF16 input", "upstream FlashInfer 0.6.17's sm90 kernel, same session",
+         ">= 1.0x at every row", f"{span(decode_size)} at m <= 128 ({ahead} of {len(decode_size)} rows ahead), "
+         f"{span(larger)} at m >= 512",
+         verdict([min(map(shown, decode_size)) >= 1, min(map(shown, larger)) >= 1], ["at m <= 128", "at m >= 512"])],
         ["`bmm_fp8`, MLA absorb, 128 heads", "`torch.bmm` BF16", "no slower", span(absorb),
          verdict([shown(v) >= 1 for v in absorb])],
         ["`bmm_fp8`, one batch", "`torch._scaled_mm` per-tensor", "-", f"{span(single)} (the same cuBLASLt call)", ""],
@@ -386,6 +411,36 @@ def gemm_table(section: str) -> str:
     """One section of the ``bench_gemm.py`` run as ``bench_gemm.markdown`` writes it (its table)."""
     text = bench_gemm.markdown(gemm_sections()[section])
     return "\n".join(line for line in text.splitlines() if line.startswith("|")) + "\n\n" + data_line("gemm")
+
+
+def gemm_blockscale() -> str:
+    """``fp8_blockscale_gemm_sm90`` against upstream's own sm90 kernel, same session."""
+    lines = [
+        "| shape | input | floor (us) | ours (us) | upstream (us) | upstream / ours |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [f"| {r['shape']} | {r['input']} | {r['floor']:.1f} | {r['ours']:.1f} | {r['upstream']:.1f} "
+              f"| {r['ratio']:.2f}x |" for r in blockscale_rows()]  # fmt: skip
+    return "\n".join(lines) + "\n\n" + data_line("blockscale", "blockscale_upstream")
+
+
+def decode_gemm_sweep() -> str:
+    """The decode-size GEMM's sweep: its fastest launch shape per shape next to the other routes."""
+    lines = [
+        "| m x n x k | floor (us) | decode kernel (us) | launch shape | cuBLASLt (us) | Gluon (us) | tl (us) | `auto` takes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in load("decode_gemm_sweep")["rows"]:
+        block_n, block_m, split, stages, warps, tma, swap = r["best"]
+        tile = f"{block_n} x {block_m}" if swap else f"{block_m} x {block_n} (tokens first)"
+        shape = f"{tile}, split {split}, {stages} stages, {warps} warps, {'TMA' if tma else 'pointer loads'}"
+        others = [
+            f"{r['anchors_us'][k]:.1f}" if k in r["anchors_us"] else "-" for k in ("cublas", "gluon", "tl")
+        ]
+        takes = "cuBLASLt" if r["cublas_ahead"] else "decode kernel"
+        lines.append(f"| {r['m']} x {r['n']} x {r['k']} | {r['floor_us']:.1f} | {r['best_us']:.1f} | {shape} | "
+                     f"{' | '.join(others)} | {takes} |")  # fmt: skip
+    return "\n".join(lines) + "\n\n" + data_line("decode_gemm_sweep")
 
 
 def gemm_mla() -> str:
@@ -597,6 +652,8 @@ BLOCKS = {
     "gluon_probe": probe,
     "gluon_probe_with_tl": probe_tl,
     "gemm_mla": gemm_mla,
+    "gemm_blockscale": gemm_blockscale,
+    "decode_gemm_sweep": decode_gemm_sweep,
     "gemm_bmm_fp8": lambda: gemm_table("bmm_fp8"),
     "gemm_groupwise": lambda: gemm_table("groupwise"),
     "gemm_grouped": lambda: gemm_table("grouped"),
