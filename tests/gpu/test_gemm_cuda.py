@@ -300,3 +300,52 @@ def test_no_host_synchronization(seed):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
+
+
+# ---------------------------------------------------------------------------------------------
+# the decode-size GEMM: every launch shape of its table, and where auto routes
+
+
+def decode_gemm():
+    from flashinfer.gemm.kernels.blockwise import fp8_decode_gemm
+
+    return fp8_decode_gemm
+
+
+@pytest.mark.slow
+def test_decode_gemm_every_table_launch_shape(seed):
+    """Each launch shape the table holds, on its own shape at its largest and an odd row count,
+    with 128-row activation blocks too (one oracle rule: the block-scaled kernels')."""
+    needs_fp8()
+    for (n, k, _), rows in decode_gemm().TABLE.items():
+        for max_m, config, _ in rows:
+            for m, block_m in ((max_m, 1), (max(1, max_m - 3), 128)):
+                a, b = fp8((m, k)), fp8((n, k))
+                sa, sb = pow2((k // 128, -(-m // block_m))).t(), pow2((-(-n // 128), k // 128))
+                out = nan_like((m, n), BF16)
+                call = Groupwise(a, b, sa, sb, False, False, block_m, 128, 128, out)
+                decode_gemm().gemm_groupwise(call, decode_gemm().DecodeGemmConfig(*config))
+                check(out, groupwise_oracle(a, b, sa, sb, (block_m, 128, 128)), BF16, BLOCK_ACCUM_TOL)
+
+
+@pytest.mark.parametrize(
+    "tier_name, m, expected", [("auto", 64, 1), ("tl", 7, 1), ("gluon", 64, 0), ("auto", 300, 0)]
+)
+def test_decode_gemm_routing(seed, monkeypatch, tier_name, m, expected):
+    """auto and tl run the decode-size kernel up to DECODE_GEMM_MAX_M rows (where its table does
+    not prefer cuBLASLt: n = 2112, k = 7168 never does); a forced Gluon tier keeps the Gluon
+    kernel; more rows take the other routes."""
+    needs_fp8()
+    if tier_name == "gluon":
+        use_tier("cuda-gluon", monkeypatch)
+    else:
+        monkeypatch.setenv("FLASHINFER_KERNEL_TIER", tier_name)
+    launches = []
+    launch = decode_gemm()._GEMM.launch
+    monkeypatch.setattr(decode_gemm()._GEMM, "launch", lambda *a, **k: launches.append(1) or launch(*a, **k))
+    n, k = 2112, 7168
+    a, b, sa, sb = fp8((m, k)), fp8((n, k)), pow2((m, 56)), pow2((17, 56))
+    out = nan_like((m, n), BF16)
+    cuda_module().gemm_groupwise(Groupwise(a, b, sa, sb, False, False, 1, 128, 128, out))
+    check(out, groupwise_oracle(a, b, sa, sb, (1, 128, 128)), BF16, BLOCK_ACCUM_TOL)
+    assert len(launches) == expected
