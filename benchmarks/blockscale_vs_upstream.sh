@@ -6,6 +6,7 @@
 #                                                          made by `upstream_anchor.sh prepare`)
 #
 # SWEEP_SECONDS (default 330) bounds the sweep; 0 skips it and times the committed table.
+# SWEEP_ARGS passes more arguments to the sweep (e.g. "--kernels gluon": sweep one kernel's shapes).
 #
 # Upstream's JIT modules build in the background while the sweep runs (nvcc on the CPUs, the
 # sweep on the GPU); its per-shape kernels are compiled by `upstream_anchor.sh setup`'s warm-up
@@ -22,7 +23,7 @@ export PYTHONUNBUFFERED=1
 (UPSTREAM_WARM=0 bash "$here/upstream_anchor.sh" setup > "$out/upstream_build.log" 2>&1) &
 build=$!
 if [ "${SWEEP_SECONDS:-330}" != 0 ]; then
-    PYTHONPATH=$ours timeout "${SWEEP_SECONDS:-330}" python3 "$here/decode_gemm_sweep.py" --out "$out" --write-table \
+    PYTHONPATH=$ours timeout "${SWEEP_SECONDS:-330}" python3 "$here/decode_gemm_sweep.py" --out "$out" --write-table ${SWEEP_ARGS:-} \
         2>&1 | grep -v Warning | tee "$out/sweep.log"
     cp "$root/packages/flashinfer-gemm/src/flashinfer/gemm/kernels/blockwise/decode_gemm_table.py" "$out/"
 else  # the committed table as it is; WHILE_BUILDING (e.g. a test run) uses the GPU meanwhile

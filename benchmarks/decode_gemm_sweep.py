@@ -84,12 +84,52 @@ def candidates(m, n, k, num_sms, decode):
                 yield config
 
 
+def gluon_candidates(m, n, k, num_sms, decode, gluon_decode):
+    """Launch shapes of the Gluon kernel: 64 or 128 weight rows (one or two math warpgroups), all
+    tokens in one tile (8-128, a power of two) or, above 64, in 64-token tiles; K splits up to 4
+    programs a multiprocessor; the deepest ring, and one that lets two programs share a
+    multiprocessor."""
+    fit = min(max(8, 1 << (m - 1).bit_length()), 128)
+    k_steps = ceil_div(k, 128)
+    seen = set()
+    for block_n in (64, 128):
+        for block_m in sorted({fit, 64} if m > 64 else {fit}):
+            tiles = ceil_div(n, block_n) * ceil_div(m, block_m)
+            deep = gluon_decode.stages_for(block_n, block_m)
+            shared = max(2, min(deep, (100 * 1024) // ((block_n + block_m) * 132)))
+            for split in (1, 2, 3, 4, 6, 8, 12, 16):
+                steps = ceil_div(k_steps, split)
+                split = ceil_div(k_steps, steps)
+                if steps < 2 or tiles * split > 4 * num_sms:
+                    continue
+                for stages in sorted({deep, shared}):
+                    config = decode.DecodeGemmConfig(block_n, block_m, split, stages, 4, True, True, True)
+                    if config not in seen:
+                        seen.add(config)
+                        yield config
+
+
+def write_tables(tables: dict) -> None:
+    """Rewrite ``decode_gemm_table.py`` with the swept tables (``TABLE``, ``GLUON_TABLE``) and the
+    others as they are."""
+    from flashinfer.gemm.kernels.blockwise import decode_gemm_table
+
+    current = {"TABLE": decode_gemm_table.TABLE, "GLUON_TABLE": decode_gemm_table.GLUON_TABLE}
+    current.update({name: table for name, table in tables.items() if table})
+    text = TABLE_PATH.read_text().split("TABLE: dict = ")[0]
+    for name, table in current.items():
+        text += f"{name}: dict = " + pprint.pformat(table, width=100) + "\n"
+        text += "\n" if name == "TABLE" else ""
+    TABLE_PATH.write_text(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--write-table", action="store_true")
     parser.add_argument("--ms", default=",".join(map(str, MS)))
     parser.add_argument("--nk", default=";".join(f"{n},{k}" for n, k in NK))
+    parser.add_argument("--kernels", default="tl,gluon", help="which kernels' launch shapes to sweep")
     args = parser.parse_args()
     require_cuda_gpu("decode_gemm_sweep.py")
     import triton
@@ -102,12 +142,16 @@ def main() -> None:
 
     device = torch.device("cuda", torch.cuda.current_device())
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count
-    gluon = None
+    gluon = gluon_decode = None
     if gluon_supported(device.index):
         from flashinfer.gemm.kernels.blockwise import gluon_fp8_blockwise as gluon
+        from flashinfer.gemm.kernels.blockwise import gluon_fp8_decode_gemm as gluon_decode
+    kernels = args.kernels.split(",")
+    if gluon_decode is None and "gluon" in kernels:
+        kernels.remove("gluon")
     ms = [int(x) for x in args.ms.split(",")]
     nks = [tuple(map(int, x.split(","))) for x in args.nk.split(";")]
-    rows, table = [], {}
+    rows, tables = [], {"TABLE": {}, "GLUON_TABLE": {}}
     started = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {
@@ -149,52 +193,62 @@ def main() -> None:
             if gluon is not None:
                 anchors["gluon"] = time_us(gluon.gemm_groupwise)
             anchors["tl"] = time_us(fp8_blockwise.gemm_groupwise)
-            # every candidate briefly, then the five fastest again at full length
-            timed = []
-            for config in candidates(m, n, k, num_sms, decode):
-                us = time_us(lambda c, config=config: decode.gemm_groupwise(c, config), rep=2)
-                timed.append((us, config))
-            timed.sort(key=lambda t: t[0])
-            timed[:5] = sorted(
-                (
-                    (time_us(lambda c, config=config: decode.gemm_groupwise(c, config)), config)
-                    for _, config in timed[:5]
-                ),
-                key=lambda t: t[0],
-            )
-            best_us, best = timed[0]
-            heuristic = decode._heuristic(m, n, k, num_sms)
-            heuristic_us = next((us for us, c in timed if c == heuristic), None)
-            # the winner against a float64 product, once
+            tl_table = decode.pick_config(m, n, k, num_sms)
+            anchors["decode_tl_table"] = time_us(lambda c, config=tl_table: decode.gemm_groupwise(c, config))
+            # the float64 product the winners are checked against, once
             c = sets[0]
-            c.out.fill_(float("nan"))
-            decode.gemm_groupwise(c, best)
             a64 = c.a.double().view(m, kb, 128) * c.a_scale.double()[:, :, None]
             b64 = c.b.double().view(n, kb, 128) * c.b_scale.double().repeat_interleave(128, 0)[:n, :, None]
             ref = a64.view(m, k) @ b64.view(n, k).t()
-            err = ((c.out.double() - ref).norm() / ref.norm()).item()
-            row = dict(
-                shape, best_us=best_us, cublas_ahead=anchors.get("cublas", float("inf")) < best_us, best=list(dataclasses.astuple(best)), floor_us=floor_us, rel_err=err,
-                heuristic_us=heuristic_us, anchors_us=anchors, candidates=len(timed),
-                top=[[us, list(cfg.__dict__.values())] for us, cfg in timed[:5]],
-            )  # fmt: skip
-            rows.append(row)
-            cublas_ahead = anchors.get("cublas", float("inf")) < best_us
-            table.setdefault((n, k, num_sms), []).append((m, dataclasses.astuple(best), cublas_ahead))
-            others = " ".join(f"{name} {us:.1f}" for name, us in anchors.items())
-            print(
-                f"m={m:4d} n={n:5d} k={k:5d}  best {best_us:6.1f} us {dataclasses.astuple(best)}  "
-                f"heuristic {heuristic_us or float('nan'):6.1f}  floor {floor_us:5.1f}  {others}  "
-                f"err {err:.1e}  ({len(timed)} configs, {time.time() - started:.0f} s)",
-                flush=True,
-            )
+            for kernel in kernels:
+                # the Gluon tier's table holds the fastest launch on that tier: the portable
+                # kernel's tabled shape competes
+                sweep = (
+                    [tl_table, *gluon_candidates(m, n, k, num_sms, decode, gluon_decode)]
+                    if kernel == "gluon"
+                    else candidates(m, n, k, num_sms, decode)
+                )
+                # every candidate briefly, then the five fastest again at full length
+                timed = []
+                for config in sweep:
+                    us = time_us(lambda c, config=config: decode.gemm_groupwise(c, config), rep=2)
+                    timed.append((us, config))
+                timed.sort(key=lambda t: t[0])
+                timed[:5] = sorted(
+                    (
+                        (time_us(lambda c, config=config: decode.gemm_groupwise(c, config)), config)
+                        for _, config in timed[:5]
+                    ),
+                    key=lambda t: t[0],
+                )
+                best_us, best = timed[0]
+                heuristic = decode._heuristic(m, n, k, num_sms, kernel == "gluon")
+                heuristic_us = next((us for us, c in timed if c == heuristic), None)
+                c.out.fill_(float("nan"))
+                decode.gemm_groupwise(c, best)
+                err = ((c.out.double() - ref).norm() / ref.norm()).item()
+                cublas_ahead = anchors.get("cublas", float("inf")) < best_us
+                row = dict(
+                    shape, kernel=kernel, best_us=best_us, cublas_ahead=cublas_ahead, best=list(dataclasses.astuple(best)), floor_us=floor_us,
+                    rel_err=err, heuristic_us=heuristic_us, anchors_us=anchors, candidates=len(timed),
+                    top=[[us, list(cfg.__dict__.values())] for us, cfg in timed[:5]],
+                )  # fmt: skip
+                rows.append(row)
+                table = tables["GLUON_TABLE" if kernel == "gluon" else "TABLE"]
+                table.setdefault((n, k, num_sms), []).append((m, dataclasses.astuple(best), cublas_ahead))
+                others = " ".join(f"{name} {us:.1f}" for name, us in anchors.items())
+                print(
+                    f"m={m:4d} n={n:5d} k={k:5d} {kernel:5s} best {best_us:6.1f} us {dataclasses.astuple(best)}  "
+                    f"heuristic {heuristic_us or float('nan'):6.1f}  floor {floor_us:5.1f}  {others}  "
+                    f"err {err:.1e}  ({len(timed)} configs, {time.time() - started:.0f} s)",
+                    flush=True,
+                )
             # written after every row: a run cut short still leaves what it measured
             (args.out / "decode_gemm_sweep.json").write_text(
                 json.dumps({"meta": meta, "rows": rows}, indent=1)
             )
             if args.write_table:
-                text = TABLE_PATH.read_text().split("TABLE: dict = ")[0]
-                TABLE_PATH.write_text(text + "TABLE: dict = " + pprint.pformat(table, width=100) + "\n")
+                write_tables(tables)
 
 
 if __name__ == "__main__":

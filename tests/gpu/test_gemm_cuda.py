@@ -329,23 +329,39 @@ def test_decode_gemm_every_table_launch_shape(seed):
 
 
 @pytest.mark.parametrize(
-    "tier_name, m, expected", [("auto", 64, 1), ("tl", 7, 1), ("gluon", 64, 0), ("auto", 300, 0)]
+    "tier_name, m, expected",
+    [("auto", 64, "auto"), ("tl", 7, "tl"), ("gluon", 64, None), ("auto", 300, None)],
 )
 def test_decode_gemm_routing(seed, monkeypatch, tier_name, m, expected):
     """auto and tl run the decode-size kernel up to DECODE_GEMM_MAX_M rows (where its table does
-    not prefer cuBLASLt: n = 2112, k = 7168 never does); a forced Gluon tier keeps the Gluon
-    kernel; more rows take the other routes."""
+    not prefer cuBLASLt: n = 2112, k = 7168 never does), auto in its Gluon form where the Gluon
+    tier runs; a forced Gluon tier keeps the Gluon dense kernel; more rows take the other routes."""
+    from flashinfer._core.kernel_tier import gluon_supported
+
     needs_fp8()
     if tier_name == "gluon":
         use_tier("cuda-gluon", monkeypatch)
     else:
         monkeypatch.setenv("FLASHINFER_KERNEL_TIER", tier_name)
     launches = []
-    launch = decode_gemm()._GEMM.launch
-    monkeypatch.setattr(decode_gemm()._GEMM, "launch", lambda *a, **k: launches.append(1) or launch(*a, **k))
+    forms = [(decode_gemm(), "_GEMM", "tl")]
+    if gluon_supported(torch.cuda.current_device()):
+        from flashinfer.gemm.kernels.blockwise import gluon_fp8_decode_gemm
+
+        forms.append((gluon_fp8_decode_gemm, "_LAUNCH", "gluon"))
+    for module, name, form in forms:
+        launcher = getattr(module, name)
+        launch = launcher.launch
+        monkeypatch.setattr(
+            launcher,
+            "launch",
+            lambda *a, form=form, launch=launch, **k: launches.append(form) or launch(*a, **k),
+        )
     n, k = 2112, 7168
     a, b, sa, sb = fp8((m, k)), fp8((n, k)), pow2((m, 56)), pow2((17, 56))
     out = nan_like((m, n), BF16)
     cuda_module().gemm_groupwise(Groupwise(a, b, sa, sb, False, False, 1, 128, 128, out))
     check(out, groupwise_oracle(a, b, sa, sb, (1, 128, 128)), BF16, BLOCK_ACCUM_TOL)
-    assert len(launches) == expected
+    if expected == "auto":
+        expected = "gluon" if len(forms) == 2 else "tl"
+    assert launches == ([expected] if expected else [])

@@ -116,6 +116,86 @@ def test_dense_every_config(seed, name, m, n, k, major):
 
 
 # ---------------------------------------------------------------------------------------------
+# the decode-size GEMM's Gluon form
+
+
+def decode_gemm():
+    from flashinfer.gemm.kernels.blockwise import fp8_decode_gemm
+
+    return fp8_decode_gemm
+
+
+def gluon_decode_config(block_n, block_m, split, stages=None):
+    from flashinfer.gemm.kernels.blockwise.gluon_fp8_decode_gemm import stages_for
+
+    stages = stages or stages_for(block_n, block_m)
+    return decode_gemm().DecodeGemmConfig(block_n, block_m, split, stages, 4, True, True, True)
+
+
+@pytest.mark.parametrize("block_n", [64, 128])
+@pytest.mark.parametrize("block_m", [8, 16, 32, 64, 128])
+@pytest.mark.parametrize("split", [1, 3])
+def test_decode_gemm_gluon_every_tile(seed, block_n, block_m, split):
+    """Every tile of the Gluon kernel, with and without the K split, on a shape that cuts the last
+    weight tile, the last token tile and the last range of the split (m, n not multiples, 13 K
+    steps over 3 ranges)."""
+    m, n, k = block_m + 3, 2 * block_n + 40, 13 * 128
+    a, b = fp8((m, k)), fp8((n, k))
+    a_scale, b_scale = mn_major(pow2((m, k // 128))), pow2((cdiv(n, 128), k // 128))
+    out = nan_like((m, n), torch.bfloat16)
+    decode_gemm().gemm_groupwise(
+        groupwise(a, b, a_scale, b_scale, 1, out), gluon_decode_config(block_n, block_m, split)
+    )
+    check_dense(out, a, b, a_scale, b_scale, 1)
+
+
+@pytest.mark.parametrize(
+    "case", ["a_blocks_128", "b_rows_1", "e5m2", "ragged_k", "strided_out", "fp16", "k_major_a", "shallow"]
+)
+def test_decode_gemm_gluon_layouts(seed, case):
+    """Scale granularities (128-row activation blocks, one weight scale a row), e5m2 operands, a
+    partial last K block (k = 1040: TMA reads zeros past it), a strided output, fp16 output,
+    K-major activation scales and a two-stage ring."""
+    m, n, k = 37, 2112, 1040 if case == "ragged_k" else 2048
+    dtype = torch.float8_e5m2 if case == "e5m2" else E4M3
+    a, b = fp8((m, k), dtype), fp8((n, k), dtype)
+    block_m, block_n = (128 if case == "a_blocks_128" else 1), (1 if case == "b_rows_1" else 128)
+    a_scale = pow2((cdiv(m, block_m), cdiv(k, 128)))
+    if case != "k_major_a":
+        a_scale = mn_major(a_scale)
+    b_scale = pow2((cdiv(n, block_n), cdiv(k, 128)))
+    out_dtype = torch.float16 if case == "fp16" else torch.bfloat16
+    out = nan_like((m, 2 * n), out_dtype)[:, ::2] if case == "strided_out" else nan_like((m, n), out_dtype)
+    call = Groupwise(a, b, a_scale, b_scale, False, False, block_m, block_n, 128, out)
+    decode_gemm().gemm_groupwise(call, gluon_decode_config(64, 64, 4, 2 if case == "shallow" else None))
+    oracle = dequant(a, a_scale, block_m) @ dequant(b, b_scale, block_n).t()
+    check(out, oracle, out_dtype, BLOCK_ACCUM_TOL)
+
+
+@pytest.mark.slow
+def test_decode_gemm_gluon_every_table_launch_shape(seed):
+    """Each launch shape the Gluon table holds, on its own shape at its largest and an odd row
+    count, with 128-row activation blocks too."""
+    for (n, k, _), rows in decode_gemm().GLUON_TABLE.items():
+        for max_m, config, _ in rows:
+            for m, block_m in ((max_m, 1), (max(1, max_m - 3), 128)):
+                a, b = fp8((m, k)), fp8((n, k))
+                a_scale, b_scale = (
+                    mn_major(pow2((cdiv(m, block_m), k // 128))),
+                    pow2((cdiv(n, 128), k // 128)),
+                )
+                out = nan_like((m, n), torch.bfloat16)
+                call = groupwise(a, b, a_scale, b_scale, block_m, out)
+                decode_gemm().gemm_groupwise(call, decode_gemm().DecodeGemmConfig(*config))
+                check(
+                    out,
+                    dequant(a, a_scale, block_m) @ dequant(b, b_scale, 128).t(),
+                    torch.bfloat16,
+                    BLOCK_ACCUM_TOL,
+                )
+
+
+# ---------------------------------------------------------------------------------------------
 # grouped: contiguous and masked
 
 

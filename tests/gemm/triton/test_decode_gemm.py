@@ -124,13 +124,28 @@ def test_pick_config_reads_the_table_then_falls_back(monkeypatch):
     # past the table's rows, another machine, another shape: the heuristic
     for m, n, k, sms in [(65, 2112, 7168, 4), (1, 2112, 7168, 132), (1, 4096, 512, 4)]:
         config = module.pick_config(m, n, k, sms)
-        assert config == module._heuristic(m, n, k, sms)
+        assert config == module._heuristic(m, n, k, sms, False)
         assert config.block_m >= min(m, 128) and config.split >= 1
+
+
+def test_pick_config_keeps_a_table_per_kernel(monkeypatch):
+    """The Gluon form's launch shapes (and where cuBLASLt beats it) come from its own table."""
+    module = decode()
+    gluon_row = (64, 8, 4, 12, 4, True, True, True)
+    monkeypatch.setattr(module, "TABLE", {(2112, 7168, 4): [(8, (16, 16, 4, 8, 4, True), True)]})
+    monkeypatch.setattr(module, "GLUON_TABLE", {(2112, 7168, 4): [(8, gluon_row, False)]})
+    assert module.pick_config(3, 2112, 7168, 4, gluon=True) == module.DecodeGemmConfig(*gluon_row)
+    assert module.pick_config(3, 2112, 7168, 4).gluon is False
+    cpu = torch.device("cpu")
+    assert module.cublas_ahead(3, 2112, 7168, cpu) and not module.cublas_ahead(3, 2112, 7168, cpu, gluon=True)
+    untabled = module.pick_config(3, 4096, 512, 4, gluon=True)
+    assert untabled.gluon and untabled.block_m == 8 and untabled.block_n == 64
 
 
 def test_heuristic_gives_every_multiprocessor_a_program():
     module = decode()
     for m, n, k in [(1, 2112, 7168), (64, 7168, 2048), (128, 4096, 7168), (256, 24576, 1536)]:
-        c = module._heuristic(m, n, k, 132)
-        programs = -(-n // c.block_n) * -(-m // c.block_m) * c.split
-        assert programs >= 132 or c.split == (k // 128) // 4, (m, n, k, c)
+        for gluon in (False, True):
+            c = module._heuristic(m, n, k, 132, gluon)
+            programs = -(-n // c.block_n) * -(-m // c.block_m) * c.split
+            assert programs >= 132 or c.split == (k // 128) // 4, (m, n, k, c)

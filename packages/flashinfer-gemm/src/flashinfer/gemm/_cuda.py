@@ -57,6 +57,10 @@ GLUON_GROUPED_IN_AUTO = True
 # come from the table benchmarks/decode_gemm_sweep.py writes, which also says where cuBLASLt's
 # block-scaled GEMM is faster still (then it runs, where it takes the operands).
 DECODE_GEMM_MAX_M = 256
+# Whether FLASHINFER_KERNEL_TIER=auto takes the decode-size kernel's Gluon form
+# (kernels.blockwise.gluon_fp8_decode_gemm: a producer warp bringing operands and scales by TMA and
+# cp.async) over its portable one.
+GLUON_DECODE_IN_AUTO = True
 
 
 def _has_fp8_mma(device: torch.device) -> bool:
@@ -207,8 +211,10 @@ def gemm_groupwise(call: Groupwise) -> None:
     if not _has_fp8_mma(a.device):
         _no_fp8_mma("gemm_fp8_nt_groupwise", a.device)
         _reference.gemm_groupwise(call)
-    elif _decode_gemm_takes(call) and not _cublas_ahead_of_decode_gemm(a, b, block_m, out):
-        _decode_gemm().gemm_groupwise(call)
+    elif _decode_gemm_takes(call) and not _cublas_ahead_of_decode_gemm(
+        a, b, block_m, out, gluon := use_gluon(a.device, GLUON_DECODE_IN_AUTO)
+    ):
+        _decode_gemm().gemm_groupwise(call, gluon=gluon)
     elif (
         _gluon_groupwise_takes(a, b, block_m, block_n, block_k)
         and use_gluon(a.device, GLUON_IN_AUTO)
@@ -242,11 +248,12 @@ def _decode_gemm_takes(call: Groupwise) -> bool:
     )
 
 
-def _cublas_ahead_of_decode_gemm(a, b, block_m, out) -> bool:
-    # where the sweep measured cuBLASLt ahead of the decode-size kernel and it takes the operands
+def _cublas_ahead_of_decode_gemm(a, b, block_m, out, gluon: bool) -> bool:
+    # where the sweep measured cuBLASLt ahead of the decode-size kernel (of the tier that runs)
+    # and it takes the operands
     m, k = a.shape
     n = b.shape[0]
-    return _decode_gemm().cublas_ahead(m, n, k, a.device) and _blockwise_cublas_takes(
+    return _decode_gemm().cublas_ahead(m, n, k, a.device, gluon) and _blockwise_cublas_takes(
         a, b, block_m, 128, 128, out
     )
 

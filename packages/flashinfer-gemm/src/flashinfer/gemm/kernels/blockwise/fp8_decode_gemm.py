@@ -55,7 +55,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from ...._core.triton_launch import FastLaunch
 from ....utils import ceil_div, get_compute_capability, next_positive_power_of_2
 from .. import multiprocessors
-from .decode_gemm_table import TABLE
+from .decode_gemm_table import GLUON_TABLE, TABLE
 
 BLOCK_K = 128
 # The largest m this kernel serves: above it the tiles of the regular kernels are full.
@@ -84,6 +84,10 @@ class DecodeGemmConfig:
     swap : bool
         Whether weight rows fill the MMA's row side (``out.T = b @ a.T``); else tokens do, and
         ``block_m`` tokens take one wgmma's 64 rows (``block_m`` >= 64).
+    gluon : bool
+        Whether the launch is of the warp-specialized Gluon kernel
+        (:mod:`.gluon_fp8_decode_gemm`: ``block_n`` 64 or 128, ``block_m`` 8-128 a power of two,
+        ``swap``, ``tma``; ``warps`` unused) rather than this module's.
     """
 
     block_n: int
@@ -93,41 +97,47 @@ class DecodeGemmConfig:
     warps: int = 4
     tma: bool = True
     swap: bool = True
+    gluon: bool = False
 
 
-def _heuristic(m: int, n: int, k: int, num_sms: int) -> DecodeGemmConfig:
+def _heuristic(m: int, n: int, k: int, num_sms: int, gluon: bool) -> DecodeGemmConfig:
     # Untabled shapes: 64 weight rows (one wgmma row side), all tokens in one column tile up to
     # 128, and as many K ranges as it takes to give every multiprocessor a program, keeping at
     # least 4 K steps a range (a shorter range spends more time filling its pipeline than
     # streaming).
-    block_m = min(max(16, next_positive_power_of_2(m)), 128)
+    block_m = min(max(8 if gluon else 16, next_positive_power_of_2(m)), 128)
     block_n = 64
     tiles = ceil_div(n, block_n) * ceil_div(m, block_m)
     k_steps = ceil_div(k, BLOCK_K)
     split = max(1, min(ceil_div(num_sms, tiles), k_steps // 4))
+    if gluon:
+        from .gluon_fp8_decode_gemm import stages_for
+
+        return DecodeGemmConfig(block_n, block_m, split, stages_for(block_n, block_m), gluon=True)
     return DecodeGemmConfig(block_n, block_m, split, 6, 8 if block_m == 128 else 4)
 
 
-def _table_row(m: int, n: int, k: int, num_sms: int):
+def _table_row(m: int, n: int, k: int, num_sms: int, gluon: bool):
     # the measured row for m: the smallest tabled row count at least m (None: not tabled)
-    for max_m, config, cublas_ahead in TABLE.get((n, k, num_sms), ()):
+    for max_m, config, cublas_ahead in (GLUON_TABLE if gluon else TABLE).get((n, k, num_sms), ()):
         if m <= max_m:
             return DecodeGemmConfig(*config), cublas_ahead
     return None
 
 
-def pick_config(m: int, n: int, k: int, num_sms: int) -> DecodeGemmConfig:
-    """The launch shape for ``m x n x k``: the measured one where the table has ``(n, k)`` and a
-    row count at least ``m`` (the smallest such), else :func:`_heuristic`'s."""
-    row = _table_row(m, n, k, num_sms)
-    return row[0] if row else _heuristic(m, n, k, num_sms)
+def pick_config(m: int, n: int, k: int, num_sms: int, gluon: bool = False) -> DecodeGemmConfig:
+    """The launch shape for ``m x n x k`` (of the Gluon kernel where ``gluon``): the measured one
+    where the table has ``(n, k)`` and a row count at least ``m`` (the smallest such), else
+    :func:`_heuristic`'s."""
+    row = _table_row(m, n, k, num_sms, gluon)
+    return row[0] if row else _heuristic(m, n, k, num_sms, gluon)
 
 
-def cublas_ahead(m: int, n: int, k: int, device: torch.device) -> bool:
-    """Whether the sweep measured cuBLASLt's block-scaled GEMM ahead of this kernel's best launch
-    shape for ``m x n x k`` on ``device`` (the caller takes cuBLASLt then, where it takes the
-    operands)."""
-    row = _table_row(m, n, k, multiprocessors(device))
+def cublas_ahead(m: int, n: int, k: int, device: torch.device, gluon: bool = False) -> bool:
+    """Whether the sweep measured cuBLASLt's block-scaled GEMM ahead of the best launch shape for
+    ``m x n x k`` on ``device`` of this kernel (of the Gluon one where ``gluon``): the caller takes
+    cuBLASLt then, where it takes the operands."""
+    row = _table_row(m, n, k, multiprocessors(device), gluon)
     return bool(row and row[1])
 
 
@@ -253,7 +263,7 @@ _REDUCE = FastLaunch(fp8_splitk_reduce_kernel, varying=("M", "stride_om"))
 _REDUCE_BLOCK_N = 256
 
 
-def gemm_groupwise(call, config: DecodeGemmConfig | None = None) -> None:
+def gemm_groupwise(call, config: DecodeGemmConfig | None = None, gluon: bool = False) -> None:
     """Launch the decode-size GEMM ``out = dequant(a) @ dequant(b).T``.
 
     Parameters
@@ -264,12 +274,21 @@ def gemm_groupwise(call, config: DecodeGemmConfig | None = None) -> None:
         strides); no ``output_scale``.
     config : DecodeGemmConfig, optional
         A fixed launch shape instead of :func:`pick_config`'s.
+    gluon : bool
+        Whether the Gluon tier runs on this device (the caller's ``use_gluon``): the launch shape
+        is then the Gluon kernel's, where TMA reads the operands.
     """
     a, b, a_scale, b_scale, out = call.a, call.b, call.a_scale, call.b_scale, call.out
     m, k = a.shape
     n = b.shape[0]
+    gluon = gluon and _tma_takes(a, b)
     if config is None:
-        config = pick_config(m, n, k, multiprocessors(a.device))
+        config = pick_config(m, n, k, multiprocessors(a.device), gluon)
+    if config.gluon:
+        from . import gluon_fp8_decode_gemm
+
+        gluon_fp8_decode_gemm.gemm_groupwise(call, config)
+        return
     k_steps = ceil_div(k, BLOCK_K)
     steps = ceil_div(k_steps, min(config.split, k_steps))
     split = ceil_div(k_steps, steps)  # no empty range
@@ -286,9 +305,15 @@ def gemm_groupwise(call, config: DecodeGemmConfig | None = None) -> None:
         BLOCK_K=BLOCK_K, PARTIAL=split > 1, EVEN_K=k % BLOCK_K == 0, TMA=tma, SWAP=config.swap, num_warps=config.warps, num_stages=config.stages,
     )  # fmt: skip
     if split > 1:
-        block_m = min(next_positive_power_of_2(m), 16)
-        reduce_grid = (ceil_div(n, _REDUCE_BLOCK_N), ceil_div(m, block_m))
-        _REDUCE.launch(
-            reduce_grid, partial, out, m, n, *out.stride(),
-            SPLIT=split, BLOCK_M=block_m, BLOCK_N=_REDUCE_BLOCK_N, num_warps=4,
-        )  # fmt: skip
+        splitk_reduce(partial, out)
+
+
+def splitk_reduce(partial: torch.Tensor, out: torch.Tensor) -> None:
+    """``out = partial[0] + partial[1] + ...`` in split order (deterministic), converted to
+    ``out``'s dtype: ``partial (split, m, n)`` float32, contiguous; ``out (m, n)`` any strides."""
+    split, m, n = partial.shape
+    block_m = min(next_positive_power_of_2(m), 16)
+    _REDUCE.launch(
+        (ceil_div(n, _REDUCE_BLOCK_N), ceil_div(m, block_m)), partial, out, m, n, *out.stride(),
+        SPLIT=split, BLOCK_M=block_m, BLOCK_N=_REDUCE_BLOCK_N, num_warps=4,
+    )  # fmt: skip
