@@ -425,21 +425,34 @@ def gemm_blockscale() -> str:
 
 
 def decode_gemm_sweep() -> str:
-    """The decode-size GEMM's sweep: its fastest launch shape per shape next to the other routes."""
+    """The decode-size GEMM's sweep: the fastest launch shape of the swept kernel per shape next to
+    the other routes (the portable form's tabled shape among them, for the Gluon form's sweep)."""
     lines = [
-        "| m x n x k | floor (us) | decode kernel (us) | launch shape | cuBLASLt (us) | Gluon (us) | tl (us) | `auto` takes |",
-        "|---|---|---|---|---|---|---|---|",
+        "| m x n x k | floor (us) | kernel | decode kernel (us) | launch shape | portable form, tabled (us) "
+        "| cuBLASLt (us) | Gluon (us) | tl (us) | `auto` takes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in load("decode_gemm_sweep")["rows"]:
-        block_n, block_m, split, stages, warps, tma, swap = r["best"]
+        block_n, block_m, split, stages, warps, tma, swap, *_ = r["best"]
+        kernel = r.get("kernel", "tl")
         tile = f"{block_n} x {block_m}" if swap else f"{block_m} x {block_n} (tokens first)"
-        shape = f"{tile}, split {split}, {stages} stages, {warps} warps, {'TMA' if tma else 'pointer loads'}"
+        loads = (
+            "TMA + cp.async scales, producer warp" if kernel == "gluon" else "TMA" if tma else "pointer loads"
+        )
+        shape = (
+            f"{tile}, split {split}, {stages} stages, "
+            + (f"{warps} warps, " if kernel == "tl" else "")
+            + loads
+        )
+        anchors = r["anchors_us"]
         others = [
-            f"{r['anchors_us'][k]:.1f}" if k in r["anchors_us"] else "-" for k in ("cublas", "gluon", "tl")
+            f"{anchors[k]:.1f}" if k in anchors else "-" for k in ("decode_tl_table", "cublas", "gluon", "tl")
         ]
-        takes = "cuBLASLt" if r["cublas_ahead"] else "decode kernel"
-        lines.append(f"| {r['m']} x {r['n']} x {r['k']} | {r['floor_us']:.1f} | {r['best_us']:.1f} | {shape} | "
-                     f"{' | '.join(others)} | {takes} |")  # fmt: skip
+        routes = {"decode kernel": r["best_us"], "portable form": anchors.get("decode_tl_table", float("inf")),
+                  "cuBLASLt": anchors.get("cublas", float("inf"))}  # fmt: skip
+        takes = min(routes, key=routes.get)
+        lines.append(f"| {r['m']} x {r['n']} x {r['k']} | {r['floor_us']:.1f} | {kernel} | {r['best_us']:.1f} | "
+                     f"{shape} | {' | '.join(others)} | {takes} |")  # fmt: skip
     return "\n".join(lines) + "\n\n" + data_line("decode_gemm_sweep")
 
 
