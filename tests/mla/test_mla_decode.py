@@ -142,6 +142,10 @@ def test_metadata_rejects_foreign_objects_and_bad_arguments():
     lens = torch.zeros(2, dtype=torch.int32)
     with pytest.raises(TypeError, match="query"):
         get_batch_decode_metadata_mla("q", lens, 64)
+    with pytest.raises(TypeError, match="for `query`, got None"):
+        get_batch_decode_metadata_mla(None, lens, 64)
+    with pytest.raises(TypeError, match="for `seq_lens`, got None"):
+        get_batch_decode_metadata_mla(q, None, 64)
     with pytest.raises(ValueError, match="seq_lens"):
         get_batch_decode_metadata_mla(q, lens.long(), 64)
     with pytest.raises(ValueError, match="sparse_mla_top_k"):

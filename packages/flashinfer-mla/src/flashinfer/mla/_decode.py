@@ -149,7 +149,8 @@ def trtllm_batch_decode_with_kv_cache_mla(
     ValueError
         FlashInfer's checks (dims, head dim, index shape, ``out``, ``seq_lens=None``, unknown
         backend, skip-softmax in sparse mode, counter buffer, DCP options), a metadata object for
-        another configuration, a cache that cannot be viewed as a flat token pool.
+        another configuration, a cache that cannot be viewed as a flat token pool, a non-tensor
+        (None included) where a tensor belongs, named.
     TypeError
         A tensor scale that is not float32; ``metadata`` that is not a ``DecodeMetadata``.
     RuntimeError

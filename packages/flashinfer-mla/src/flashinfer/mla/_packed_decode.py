@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from .._core.checks import check_device, describe, fail, require_tensors
+from .._core.checks import check_device, fail, require_tensors
 from . import _checks
 from ._args import Decode, DecodeOptions
 from ._metadata import check_metadata
@@ -72,8 +72,6 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
 
     # ---- tensors, in upstream's order
     try:
-        if not isinstance(query, torch.Tensor):
-            fail(TypeError, "query", "a torch.Tensor", describe(query))
         q_shape = query.shape
         if len(q_shape) != 4:
             raise ValueError(f"Expected query.ndim == 4, got {len(q_shape)}")
@@ -110,9 +108,9 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
             _checks.check_lse(lse, batch * q_len, q_len, heads, device)
     except AttributeError:
         require_tensors(
-            ValueError, kv_cache=kv_cache, workspace_buffer=workspace, block_tables=block_tables,
+            ValueError, query=query, kv_cache=kv_cache, workspace_buffer=workspace, block_tables=block_tables,
             seq_lens=seq_lens, out=out, lse=lse, multi_ctas_kv_counter_buffer=counter_buffer,
-            optional=("workspace_buffer", "block_tables", "seq_lens", "out", "lse", "multi_ctas_kv_counter_buffer"),
+            optional=("seq_lens", "out", "lse", "multi_ctas_kv_counter_buffer"),
         )  # fmt: skip
         raise
 

@@ -154,8 +154,7 @@ def _name_non_tensor(options: DecodeOptions) -> None:
         block_tables=o.block_tables, seq_lens=o.seq_lens, out=o.out, lse=o.lse,
         multi_ctas_kv_counter_buffer=o.multi_ctas_kv_counter_buffer, cum_seq_lens_q=o.cum_seq_lens_q,
         sparse_mla_top_k_lens=o.sparse_mla_top_k_lens,
-        optional=("workspace_buffer", "block_tables", "seq_lens", "out", "lse", "multi_ctas_kv_counter_buffer",
-                  "cum_seq_lens_q", "sparse_mla_top_k_lens"),
+        optional=("seq_lens", "out", "lse", "multi_ctas_kv_counter_buffer", "cum_seq_lens_q", "sparse_mla_top_k_lens"),
     )  # fmt: skip
 
 
