@@ -55,7 +55,7 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         or type(bmm2_scale) is not float
         or bmm2_scale != 1.0
     ):
-        _check_scales(bmm1_scale, bmm2_scale)
+        _check_packed_scales(bmm1_scale, bmm2_scale)
     if o.sparse_mla_top_k_lens is not None:
         raise ValueError(
             "sparse_mla_top_k_lens is only supported by the native qk_rope_head_dim=0 MLA path, not with "
@@ -103,7 +103,7 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
             check_metadata(metadata, batch, q_len, heads, topk, device)
         out_shape = (batch, q_len, heads, NOPE)
         if out is not None:
-            out4 = _checks.check_out(out, out_shape, query, kv_cache, accept_3d=q_len == 1)
+            out4 = _checks.check_decode_out(out, out_shape, query, kv_cache, accept_3d=q_len == 1)
         if lse is not None:
             _checks.check_lse(lse, batch * q_len, q_len, heads, device)
     except AttributeError:
@@ -162,7 +162,7 @@ def check_scale_format(kv_scale_format) -> str:
     return name
 
 
-def _check_scales(bmm1_scale, bmm2_scale) -> None:
+def _check_packed_scales(bmm1_scale, bmm2_scale) -> None:
     """Upstream's scale rules of this form: Python floats, ``bmm2_scale`` exactly 1.0."""
     for name, scale in (("bmm1_scale", bmm1_scale), ("bmm2_scale", bmm2_scale)):
         if isinstance(scale, torch.Tensor) and scale.dtype != torch.float32:
@@ -172,7 +172,7 @@ def _check_scales(bmm1_scale, bmm2_scale) -> None:
             raise ValueError(f"{_FORM} expects {name} to be a float")
     if isinstance(bmm2_scale, bool) or not isinstance(bmm2_scale, (int, float)) or float(bmm2_scale) != 1.0:
         raise ValueError(f"{_FORM} does not support bmm2_scale (it must be 1.0), got {bmm2_scale!r}")
-    _checks.check_scale(bmm1_scale, "bmm1_scale", None)
+    _checks.check_decode_scale(bmm1_scale, "bmm1_scale", None)
 
 
 def _check_cache(kv_cache, device) -> None:

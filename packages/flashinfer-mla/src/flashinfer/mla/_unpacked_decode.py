@@ -77,8 +77,8 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         q_shape = query.shape
         _checks.check_query_and_cache(query, q_shape, kv_cache, kv_lora_rank, rope_dim, compact, sparse)
         device = query.device
-        bmm1 = _checks.check_scale(o.bmm1_scale, "bmm1_scale", device)
-        bmm2 = _checks.check_scale(o.bmm2_scale, "bmm2_scale", device)
+        bmm1 = _checks.check_decode_scale(o.bmm1_scale, "bmm1_scale", device)
+        bmm2 = _checks.check_decode_scale(o.bmm2_scale, "bmm2_scale", device)
         if seq_lens is None:
             expected = "an int32 [batch] tensor (seq_lens is required by every backend)"
             fail(ValueError, "seq_lens", expected, "None")
@@ -109,7 +109,9 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         if metadata is not None:
             check_metadata(metadata, rows, q_len, heads, topk, device)
         if out is not None:
-            out4 = _checks.check_out(out, out_shape, query, kv_cache, accept_3d=q_len == 1 and not compact)
+            out4 = _checks.check_decode_out(
+                out, out_shape, query, kv_cache, accept_3d=q_len == 1 and not compact
+            )
         if lse is not None:
             _checks.check_lse(lse, rows * q_len, q_len, heads, device)
     except AttributeError:
