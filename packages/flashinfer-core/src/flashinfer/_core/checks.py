@@ -120,8 +120,9 @@ def check_device(
 def check_k_major(x: torch.Tensor, arg: str, k_dim: int = -1) -> None:
     """``x`` is K-major: unit stride along its reduction dimension ``k_dim`` (a K of one element
     passes), the layout the GEMM kernels read without a copy."""
-    # cheapest first: a contiguous tensor has unit stride along its last dimension (50 ns), and
-    # the stride tuple is read before `x.stride(k_dim)`, which parses its argument (150 ns)
+    # cheapest first (benchmarks/host_overhead.py): a contiguous tensor has unit stride along its
+    # last dimension, and the stride tuple is read before `x.stride(k_dim)`, which parses its
+    # argument
     if (k_dim != -1 or not x.is_contiguous()) and x.stride()[k_dim] != 1 and x.shape[k_dim] > 1:
         fail(ValueError, arg, f"a K-major tensor (stride 1 along k, dimension {k_dim % x.dim()})", x)
 

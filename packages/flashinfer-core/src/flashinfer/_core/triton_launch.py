@@ -5,10 +5,10 @@ per-call dispatch.
 every call (each pointer's 16-byte alignment, each integer's divisibility), builds a cache key
 from it, looks the compiled kernel up, and its C launcher asks the driver about each pointer
 (``cuPointerGetAttribute``). For kernels with 30-40 arguments that host work takes longer than
-the kernel at small sizes (RoPE of one token, decode at batch 1): measured on the H200's host,
-an eager call through :class:`FastLaunch` takes 10-31 us less than through Triton's launch, and
-an autotuned GEMM through :class:`TunedLaunch` 25-54 us less than through Triton's Autotuner
-(``benchmarks/launch_overhead.py``; ``benchmarks/RESULTS.md``, "Eager launches"). Inside a CUDA
+the kernel at small sizes (RoPE of one token, decode at batch 1): an eager call through
+:class:`FastLaunch` and an autotuned GEMM through :class:`TunedLaunch` take tens of microseconds
+less than through Triton's launch and Autotuner (the figures: ``benchmarks/launch_overhead.py``;
+``benchmarks/RESULTS.md``, "Eager launches"). Inside a CUDA
 graph none of this host work is paid; eager calls (warm-up, prefill, engines without graphs)
 pay it on every call, hence this layer.
 

@@ -4,7 +4,7 @@ One immutable record per op, built once by the public function after validation 
 satisfies its docstring) and passed, as one argument, to ``_reference``, ``_cuda`` and ``_mate``
 and on to the Triton launchers. Fields hold the caller's tensors as given; views an
 implementation may want (the flat token pool, a 3-D LSE) are properties, made only by the
-implementations that read them: a view costs about 2 us of host time.
+implementations that read them: a view costs host time (``benchmarks/RESULTS.md``, "Host time").
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ in its ``check``.
 
 The device rule is :func:`flashinfer._core.checks.check_device`; the passing path tests the
 device inline before calling it, as every guarded rule here does (``if x.device != device:``), so
-a call that passes costs no function call per tensor (about 70 ns each, over the budget of
-``benchmarks/host_overhead.py`` with the seven tensors a decode reads).
+a call that passes costs no function call per tensor (with the seven tensors a decode reads,
+those calls would exceed the budget of ``benchmarks/host_overhead.py``; ``benchmarks/RESULTS.md``,
+"Host time").
 """
 
 from __future__ import annotations
