@@ -100,15 +100,18 @@ def test_gemm_alone(make_env):
     env.install("flashinfer-gemm")
     env.python_ok(IMPORT_GEMM)
     env.python_fails("import flashinfer.rope")
-    env.python_fails("import flashinfer.mla")
+    err = env.python_fails("import flashinfer.mla")
+    assert "shipped by the flashinfer-mla distribution" in err and f"flashinfer-mla=={VERSION}" in err, err
     env.python_fails("from flashinfer import bmm_fp8")
+    env.python_ok("import importlib.util; assert importlib.util.find_spec('flashinfer.mla') is None")
 
 
 def test_mla_alone(make_env):
     env = make_env()
     env.install("flashinfer-mla")
     env.python_ok(IMPORT_MLA)
-    env.python_fails("import flashinfer.gemm")
+    err = env.python_fails("import flashinfer.gemm")
+    assert "shipped by the flashinfer-gemm distribution" in err, err
 
 
 def test_all_in_different_orders(make_env):
