@@ -184,10 +184,15 @@ class FastLaunch:
         ptrs = list(map(_DATA_PTR, tensors))
         # the pattern stands for the argument types (one pattern per types, hashed by identity)
         key = (
-            device, pattern, tuple(kwargs.items()), tuple(map(_DTYPE, tensors)),
-            tuple(map(_REMAINDER_16, ptrs)), pattern.scalars(args), tuple(map(_int_class, pattern.varying(args))),
+            device,
+            pattern,
+            tuple(kwargs.items()),
+            tuple(map(_DTYPE, tensors)),
+            tuple(map(_REMAINDER_16, ptrs)),
+            pattern.scalars(args),
+            tuple(map(_int_class, pattern.varying(args))),
             tuple(map(_descriptor_key, pattern.descriptors(args))),
-        )  # fmt: skip
+        )
         entry = self._compiled.get(key)
         if entry is None:
             self._compile_and_launch(key, grid, args, kwargs)
@@ -197,8 +202,18 @@ class FastLaunch:
         for position, ptr in zip(pattern.tensor_positions, ptrs):
             call_args[position] = ptr
         stream = driver.active.get_current_stream(device)
-        run(*grid, *(1,) * (3 - len(grid)), stream, function, packed_metadata, None, None, None,
-            *call_args, *constexprs)  # fmt: skip
+        run(
+            *grid,
+            *(1,) * (3 - len(grid)),
+            stream,
+            function,
+            packed_metadata,
+            None,
+            None,
+            None,
+            *call_args,
+            *constexprs,
+        )
 
     def _compile_and_launch(self, key, grid, args, kwargs) -> None:
         compiled = self.kernel[grid](*args, **kwargs)

@@ -219,9 +219,13 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
             check_no_overlap(out, "out", ("input", "weight"), input, weight)
     except AttributeError:
         require_tensors(
-            input=input, weight=weight, input_scale=input_scale, weight_scale=weight_scale, out=out,
+            input=input,
+            weight=weight,
+            input_scale=input_scale,
+            weight_scale=weight_scale,
+            out=out,
             optional=("input_scale", "weight_scale", "out"),
-        )  # fmt: skip
+        )
         raise
     if out is None:
         out = torch.empty((M, N), dtype=dtype, device=device)

@@ -108,10 +108,17 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
             _checks.check_lse(lse, batch * q_len, q_len, heads, device)
     except AttributeError:
         require_tensors(
-            ValueError, query=query, kv_cache=kv_cache, workspace_buffer=workspace, block_tables=block_tables,
-            seq_lens=seq_lens, out=out, lse=lse, multi_ctas_kv_counter_buffer=counter_buffer,
+            ValueError,
+            query=query,
+            kv_cache=kv_cache,
+            workspace_buffer=workspace,
+            block_tables=block_tables,
+            seq_lens=seq_lens,
+            out=out,
+            lse=lse,
+            multi_ctas_kv_counter_buffer=counter_buffer,
             optional=("seq_lens", "out", "lse", "multi_ctas_kv_counter_buffer"),
-        )  # fmt: skip
+        )
         raise
 
     # ---- outputs, the record
@@ -193,8 +200,12 @@ def _check_cache(kv_cache, device) -> None:
     if kv_cache.device != device:
         check_device(kv_cache, "kv_cache", device, "query")
     if kv_cache.data_ptr() % 16:
-        fail(ValueError, "kv_cache", "a packed cache starting on a 16-byte boundary",
-             f"an address {kv_cache.data_ptr() % 16} bytes past one")  # fmt: skip
+        fail(
+            ValueError,
+            "kv_cache",
+            "a packed cache starting on a 16-byte boundary",
+            f"an address {kv_cache.data_ptr() % 16} bytes past one",
+        )
     # whole rows back to back within a page; pages a whole number of rows apart (FlashMLA's
     # cache pads each page by a row): the implementations read one flat pool of 656-byte rows
     strides = kv_cache.stride()

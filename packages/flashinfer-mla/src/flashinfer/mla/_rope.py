@@ -138,9 +138,15 @@ def rope_quantize_fp8(
         _check_tensors(inputs, given, cos_sin_cache, pos_ids, quantize_dtype, dtype_arg)
     except AttributeError:
         require_tensors(
-            q_rope=q_rope, k_rope=k_rope, q_nope=q_nope, k_nope=k_nope, cos_sin_cache=cos_sin_cache,
-            pos_ids=pos_ids, **dict(zip(_OUTPUTS, given)), optional=("q_nope", "k_nope", *_OUTPUTS),
-        )  # fmt: skip
+            q_rope=q_rope,
+            k_rope=k_rope,
+            q_nope=q_nope,
+            k_nope=k_nope,
+            cos_sin_cache=cos_sin_cache,
+            pos_ids=pos_ids,
+            **dict(zip(_OUTPUTS, given)),
+            optional=("q_nope", "k_nope", *_OUTPUTS),
+        )
         raise
     # Host numbers only: reading a tensor would synchronize (and break graph capture).
     if type(quant_scale_q) is not float or not math.isfinite(quant_scale_q):
@@ -157,9 +163,22 @@ def rope_quantize_fp8(
         k_nope_out = torch.empty(k_nope.shape, dtype=quantize_dtype, device=k_nope.device)
     if q_rope.shape[0] > 0:
         DISPATCH.module(q_rope.device).rope_quantize(
-            Rope(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, bool(is_neox), quant_scale_q, quant_scale_kv,
-                 q_rope_out, k_rope_out, q_nope_out, k_nope_out)
-        )  # fmt: skip
+            Rope(
+                q_rope,
+                k_rope,
+                q_nope,
+                k_nope,
+                cos_sin_cache,
+                pos_ids,
+                bool(is_neox),
+                quant_scale_q,
+                quant_scale_kv,
+                q_rope_out,
+                k_rope_out,
+                q_nope_out,
+                k_nope_out,
+            )
+        )
     return q_rope_out, k_rope_out, q_nope_out, k_nope_out
 
 
