@@ -19,8 +19,6 @@ import json
 import os
 import sys
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _requires import OUT, require_cuda_gpu  # noqa: E402
 
@@ -47,44 +45,11 @@ def measure(case, plan):
     return err, bench_mla.graph_time_ms(lambda: run(case, plan)) * 1e3
 
 
-def gather_anchor_us(case) -> float:
-    """``index_select`` of the same rows (one per index): PyTorch's gather as a bandwidth anchor."""
-    rows = case["kv"].view(torch.uint8)
-    flat = case["indices"].flatten()
-    return bench_mla.graph_time_ms(lambda: rows.index_select(0, flat)) * 1e3
-
-
-def ablate(rows):
-    """The Gluon kernel as is, without its copies (the gather only signals), and without its
-    attention math (the attention warpgroups only release the stages): where the time goes."""
-    from flashinfer.mla.kernels import mla_decode_gluon as glu
-
-    os.environ["FLASHINFER_KERNEL_TIER"] = "gluon"
-    default = glu.FP8_CONFIG
-    for kind, batch, heads, q_len in [("fp8", 128, 16, 1), ("fp8", 128, 128, 1), ("fp8", 1, 128, 1)]:
-        case = bench_mla.sparse_case(batch, heads, q_len, bench_mla.DTYPES[kind])
-        from flashinfer.mla import _cuda
-
-        plan = _cuda.decode_plan(batch, q_len, heads, bench_mla.TOPK, case["query"].device)
-        line = f"ablate {kind} B={batch:3d} H={heads:3d}: index_select {gather_anchor_us(case):7.1f} us"
-        for mode, name in ((0, "full"), (1, "no copies"), (2, "no math")):
-            glu.FP8_CONFIG = dataclasses.replace(default, ablate=mode)
-            try:
-                _, us = measure(case, plan)
-            finally:
-                glu.FP8_CONFIG = default
-            rows.append({"dtype": kind, "batch": batch, "heads": heads, "ablate": name, "graph_us": us})
-            line += f" | {name} {us:7.1f} us"
-        print(line, flush=True)
-        del case
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", str(OUT)))
     parser.add_argument("--variants", action="store_true", help="also time other Gluon tiles")
     parser.add_argument("--tiers", default="gluon,tl")
-    parser.add_argument("--ablate", action="store_true", help="time the Gluon kernel without copies / math")
     parser.add_argument("--shapes", default="all", help="'all' or 'none'")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -94,8 +59,6 @@ def main():
     copy_bw = bench_mla.copy_bandwidth()
     print(f"copy {copy_bw * 1e-9:.0f} GB/s", flush=True)
     rows = []
-    if args.ablate:
-        ablate(rows)
     for kind, batch, heads, q_len in SHAPES if args.shapes == "all" else []:
         case = bench_mla.sparse_case(batch, heads, q_len, bench_mla.DTYPES[kind])
         plan = _cuda.decode_plan(batch, q_len, heads, bench_mla.TOPK, case["query"].device)

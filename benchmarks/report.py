@@ -54,6 +54,7 @@ FILES = {
     "decode_accuracy": "decode_accuracy_h200.json",
     "host": "host_overhead_cpu.json",
     "launch": "launch_overhead_gluon_h200.json",
+    "gpu_suite": "gpu_suite_h200.json",
 }
 # FlashMLA's sparse FP8 decode as quoted where the decode targets were set (a separate run, not
 # in results/; RESULTS.md's footnote says so): (dtype, batch, heads, q_len) -> us in a graph
@@ -658,6 +659,68 @@ def decode_eager() -> str:
     return "\n".join(lines) + "\n\n" + data_line("decode_eager", "decode_eager_tl")
 
 
+def plot_caption(path: str, alt: str, kinds: tuple, drawn: str, current: str) -> str:
+    """A plot, what it is drawn from, and where the kernels it shows stand now.
+
+    The plots are redrawn from the rows of the sections they sit in, which are runs of kernels that
+    later ones superseded; the caption says so, so that nobody reads them as the current state.
+    """
+    note = (
+        f"The plot is drawn from {drawn} ({', '.join(f'`results/{FILES[k]}`' for k in kinds)}): the kernels "
+        f"of that run, since superseded; {current}."
+    )
+    return f"![{alt}]({path})\n\n" + prose(note)
+
+
+def gemm_plot() -> str:
+    return plot_caption(
+        "results/gemm_h200.png",
+        "GEMM throughput on the H200, by section",
+        ("gemm", "gemm_mla"),
+        "the rows of this section's tables",
+        "the grouped GEMMs' current numbers are the Gluon kernels' in \"The Hopper Gluon block-scaled "
+        'GEMMs next to DeepGEMM" above',
+    )
+
+
+def mla_plot() -> str:
+    return plot_caption(
+        "results/mla_h200.png",
+        "Sparse decode and RoPE against their floors on the H200",
+        ("decode_grid", "rope"),
+        "this table's decode rows at q_len 1 (left) and the RoPE table's \"ours % of copy\" (right)",
+        "the decode's current numbers are the Gluon tier's in \"The Gluon tier (what runs on an H200)\" "
+        "above",
+    )
+
+
+def gpu_suite() -> str:
+    """The GPU test suite's run: command, wall time, counts, and every test that did not pass."""
+    run = load("gpu_suite")
+    lines = []
+    for name, part in run["parts"].items():
+        counts = part["counts"]
+        total = sum(counts.values())
+        tally = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
+        command = (
+            f"python benchmarks/gpu_suite.py --workers {run['workers']} --parts {name} "
+            f"--json benchmarks/results/{FILES['gpu_suite']}"
+        )
+        head = (
+            f'The `{name}` nox session\'s selection (`tests/gpu -m "{part["marker"]}"`), {run["workers"]} '
+            f"pytest-xdist workers, {run['device']}, {run['cpus']} CPU cores, {run['date'][:10]}: "
+            f"{part['wall_s']:.0f} s wall, {total} tests: {tally}."
+        )
+        lines.append(f"```\n{command}\n```\n\n" + prose(head))
+        if part["not_passed"]:
+            lines.append("\nNot passed:\n")
+            lines += [f"- `{test.rpartition('::')[2]}`" for test in sorted(part["not_passed"])]
+    missing = [name for name in ("gpu", "gpu-slow") if name not in run["parts"]]
+    if missing:
+        lines.append("\n" + prose(f"Not in this run: {', '.join(f'`{m}`' for m in missing)}."))
+    return "\n".join(lines) + "\n\n" + data_line("gpu_suite")
+
+
 BLOCKS = {
     "machine": machine,
     "summary": summary,
@@ -679,6 +742,9 @@ BLOCKS = {
     "host_overhead": host_overhead,
     "launch_overhead": launch_overhead,
     "decode_eager": decode_eager,
+    "gemm_plot": gemm_plot,
+    "mla_plot": mla_plot,
+    "gpu_suite": gpu_suite,
 }
 BLOCK = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results -->)", re.DOTALL)
 

@@ -612,7 +612,6 @@ def mla_rope_bad_inputs():
 
 def decode_bad_inputs():
     return _numbered([
-        (decode_args, "seq_lens", None, ValueError, "seq_lens"),
         (decode_args, "block_tables", torch.zeros(2, 64, dtype=torch.int32), ValueError, "page_table|block_tables"),
         (decode_args, "block_tables", torch.zeros(2, 1, 64, dtype=torch.int64), (ValueError, TypeError), "block_tables"),
         (decode_args, "bmm1_scale", torch.ones(1, dtype=torch.float16), TypeError, "bmm1_scale"),
@@ -665,6 +664,9 @@ def _all(*makers):
     return lambda: [row for make in makers for row in make()]
 
 
+# The tensors every decode call requires (a None there gets an error row naming it).
+DECODE_TENSORS = ("query", "kv_cache", "workspace_buffer", "block_tables")
+
 OPS = [
     OpInfo(
         "rope_quantize_fp8",
@@ -673,6 +675,7 @@ OPS = [
         _all(rope_errors, rope_bad_inputs),
         rope_compare,
         cuda_samples=rope_real_samples,
+        required=("q_rope", "k_rope", "cos_sin_cache", "pos_ids"),  # a None nope part is empty
     ),
     OpInfo(
         "mla_rope_quantize_fp8",
@@ -681,6 +684,7 @@ OPS = [
         _all(rope_errors, mla_rope_bad_inputs),
         rope_compare,
         cuda_samples=rope_real_samples,
+        required=("q_rope", "k_rope", "cos_sin_cache", "pos_ids"),  # a None nope part is empty
     ),
     OpInfo(
         "trtllm_batch_decode_with_kv_cache_mla",
@@ -690,6 +694,8 @@ OPS = [
         decode_compare,
         tiers=("gluon", "tl"),  # the Gluon decode kernel (flashinfer/mla/_cuda.py: use_gluon)
         cuda_samples=decode_real_samples,
+        required=(*DECODE_TENSORS, "seq_lens"),
+        none_exc=ValueError,
     ),
     OpInfo(
         "trtllm_batch_decode_with_kv_cache_mla[packed]",
@@ -698,6 +704,8 @@ OPS = [
         _all(packed_errors, packed_bad_inputs),
         decode_compare,
         cuda_samples=packed_real_samples,  # one tier: the Gluon kernel has no packed mode
+        required=DECODE_TENSORS,  # seq_lens=None: every column active
+        none_exc=ValueError,
     ),
 ]
 OPS_BY_NAME = {op.name: op for op in OPS}

@@ -28,9 +28,11 @@ implementation:
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import pytest
 import torch
@@ -113,6 +115,30 @@ class OpInfo:
     tiers: tuple = ()
     # -> [Entry]: rows at real model sizes, run by the ``cuda`` implementation only
     cuda_samples: Callable[[], list] = list
+    # the tensor arguments that have no None form, and the exception a None there raises: each
+    # gets an error row (:func:`none_inputs`) whose message must name it
+    required: tuple = ()
+    none_exc: type = TypeError
+
+    def error_inputs(self) -> list:
+        """The table's error inputs, then one ``none-<arg>`` row per :attr:`required` argument."""
+        return [*self.errors(), *none_inputs(self)]
+
+
+def none_inputs(op: OpInfo) -> list:
+    """``op``'s first sample with one :attr:`OpInfo.required` argument given as None (by keyword),
+    per argument: the op must name it (``expected a torch.Tensor for `arg`, got None``), not fail
+    reading it with an ``AttributeError``."""
+
+    def call(arg):
+        sample = op.samples()[0].build()
+        bound = inspect.signature(op.fn).bind(*sample.args, **sample.kwargs).arguments
+        return (), {**bound, arg: None}
+
+    return [
+        ErrorInput(f"none-{arg}", partial(call, arg), op.none_exc, f"for `{arg}`, got None")
+        for arg in op.required
+    ]
 
 
 def sample_params(ops, implementations=CPU_IMPLEMENTATIONS) -> list:
@@ -167,7 +193,7 @@ def error_params(ops, implementations=CPU_IMPLEMENTATIONS) -> list:
         pytest.param(impl, op, error.name, id=f"{impl}-{op.name}-{error.name}")
         for impl in implementations
         for op in ops
-        for error in op.errors()
+        for error in op.error_inputs()
     ]
 
 
@@ -180,7 +206,7 @@ def build(op: OpInfo, name: str) -> Sample:
 
 
 def error_named(op: OpInfo, name: str) -> ErrorInput:
-    return next(e for e in op.errors() if e.name == name)
+    return next(e for e in op.error_inputs() if e.name == name)
 
 
 # ----------------------------------------------------------------------------- running a sample

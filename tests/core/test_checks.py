@@ -23,6 +23,57 @@ def test_device_rule_names_the_anchor():
         ValueError, match=r"expected a tensor on meta \(the device of `a`\) for `b`, got a tensor on cpu"
     ):
         checks.check_device(x, "b", META, "a")
+    with pytest.raises(RuntimeError, match="the device of `a`"):  # the op's upstream type
+        checks.check_device(x, "b", META, "a", RuntimeError)
+
+
+def test_last_dim_contiguous_rule():
+    for x in (
+        torch.randn(2, 3),
+        torch.randn(4, 6)[:, :3],
+        torch.randn(3, 1).t().t(),
+        torch.randn(()),
+        torch.randn(3, 1)[::2],
+    ):
+        checks.check_last_dim_contiguous(x, "x")
+    with pytest.raises(
+        RuntimeError, match=r"last dimension is contiguous \(stride 1; major_a must be KMajor\) for `a`"
+    ):
+        checks.check_last_dim_contiguous(torch.randn(3, 2).t(), "a", RuntimeError, "major_a must be KMajor")
+
+
+def test_op_modules_do_not_reuse_the_rule_names():
+    """One name, one rule: no op module defines a function named like a shared rule."""
+    import inspect
+
+    import flashinfer.gemm._bmm
+    import flashinfer.gemm._deepgemm_fp8_nt
+    import flashinfer.gemm._fp8_blockscale_gemm_sm90
+    import flashinfer.gemm._gemm_fp8_nt
+    import flashinfer.gemm._group_gemm_fp8_nt
+    import flashinfer.mla._checks
+    import flashinfer.mla._packed_decode
+    import flashinfer.mla._rope
+    import flashinfer.mla._unpacked_decode
+
+    rules = {name.lstrip("_") for name, f in vars(checks).items() if inspect.isfunction(f)}
+    for module in (
+        flashinfer.gemm._bmm,
+        flashinfer.gemm._deepgemm_fp8_nt,
+        flashinfer.gemm._fp8_blockscale_gemm_sm90,
+        flashinfer.gemm._gemm_fp8_nt,
+        flashinfer.gemm._group_gemm_fp8_nt,
+        flashinfer.mla._checks,
+        flashinfer.mla._packed_decode,
+        flashinfer.mla._rope,
+        flashinfer.mla._unpacked_decode,
+    ):
+        own = {
+            name.lstrip("_")
+            for name, f in vars(module).items()
+            if inspect.isfunction(f) and f.__module__ == module.__name__
+        }
+        assert not own & rules, (module.__name__, own & rules)
 
 
 @pytest.mark.parametrize("k", [1, 16])

@@ -1,4 +1,4 @@
-"""The README's "Use it" block runs as it stands (on CPU here) and computes what it says.
+"""The README's first call and its "Use it" block run as they stand (on CPU here) and computes what it says.
 
 The block is read from the README, executed in a fresh namespace, and its results are checked
 against float64 oracles written here (``tests/oracles.py``), so an edit that breaks a call, a
@@ -18,6 +18,23 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def use_it_block() -> str:
     section = README.read_text().split("\n## Use it\n", 1)[1].split("\n## ", 1)[0]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def first_call_block() -> str:
+    section = README.read_text().split("\n## Install and a first call\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_first_call_comes_first_and_computes_what_it_says():
+    text = README.read_text()
+    assert text.index("\n## Install and a first call\n") < text.index("\n## Use it\n")
+    block = first_call_block()
+    assert len(block.splitlines()) == 5, block
+    names: dict = {}
+    exec(compile(block, str(README), "exec"), names)  # noqa: S102 - the README's own code
+    out = names["out"]
+    assert out.shape == (2, 16, 32) and out.dtype == torch.bfloat16
+    assert relative_error(out, names["A"].double() @ names["B"].double()) < 1e-2
 
 
 def relative_error(got, want) -> float:

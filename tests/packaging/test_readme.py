@@ -15,6 +15,7 @@ session saw. Only committed work is tested: the clone is of ``HEAD``.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import venv
 from pathlib import Path
@@ -38,6 +39,16 @@ def test_the_quick_start_block_is_the_two_commands():
     assert len(commands) == 2, commands
     assert "python examples/fp8_mla_decode.py" in commands[0]
     assert commands[1].endswith("python -m nox")
+
+
+def test_install_lines_bound_torch():
+    """Every install command of the README's Install table bounds torch (an unbounded one let pip
+    pull a newer, untested CUDA build), within the versions the distributions declare."""
+    section = (ROOT / "README.md").read_text().split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"`(pip install [^`]*)`", section.split("\n\n", 2)[1])
+    assert len(commands) == 3, commands
+    for command in commands:
+        assert '"torch>=2.11,<2.14"' in command, command
 
 
 def _folder_size(path: Path) -> int:

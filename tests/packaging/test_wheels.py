@@ -6,6 +6,7 @@ import zipfile
 from email.parser import Parser
 
 from conftest import ROOT, VERSION, check
+from packaging.requirements import Requirement
 
 IMPORT_GEMM = (
     "import torch, flashinfer.gemm as g, flashinfer.utils as u;"
@@ -85,6 +86,13 @@ def test_versions_and_dependencies(wheels):
     meta_requires = _metadata(wheels["flashinfer-python"]).get_all("Requires-Dist")
     for dist in ("flashinfer-core", "flashinfer-gemm", "flashinfer-mla"):
         assert f"{dist}=={VERSION}" in [r.replace(" ", "") for r in meta_requires], meta_requires
+    # torch warns "Failed to initialize NumPy" on every import without numpy: the distribution
+    # every other one depends on brings it
+    core_requires = _metadata(wheels["flashinfer-core"]).get_all("Requires-Dist")
+    assert "numpy" in [Requirement(r).name for r in core_requires], core_requires
+    for dist in ("flashinfer-gemm", "flashinfer-mla"):
+        requires = [r.replace(" ", "") for r in _metadata(wheels[dist]).get_all("Requires-Dist")]
+        assert f"flashinfer-core=={VERSION}" in requires, (dist, requires)
 
 
 def test_gemm_alone(make_env):
@@ -92,15 +100,18 @@ def test_gemm_alone(make_env):
     env.install("flashinfer-gemm")
     env.python_ok(IMPORT_GEMM)
     env.python_fails("import flashinfer.rope")
-    env.python_fails("import flashinfer.mla")
+    err = env.python_fails("import flashinfer.mla")
+    assert "shipped by the flashinfer-mla distribution" in err and f"flashinfer-mla=={VERSION}" in err, err
     env.python_fails("from flashinfer import bmm_fp8")
+    env.python_ok("import importlib.util; assert importlib.util.find_spec('flashinfer.mla') is None")
 
 
 def test_mla_alone(make_env):
     env = make_env()
     env.install("flashinfer-mla")
     env.python_ok(IMPORT_MLA)
-    env.python_fails("import flashinfer.gemm")
+    err = env.python_fails("import flashinfer.gemm")
+    assert "shipped by the flashinfer-gemm distribution" in err, err
 
 
 def test_all_in_different_orders(make_env):

@@ -17,6 +17,7 @@ import math
 import pytest
 import torch
 from oracles import decode_oracle_rows as decode_oracle
+from oracles import rotate
 
 from flashinfer.mla._args import Decode, Rope
 
@@ -28,23 +29,10 @@ FP8_NAN_BITS = 0x7F
 
 
 # --------------------------------------------------------------------------------------- oracles
-def rope_oracle(x, cache, pos, is_neox, scale, valid):
-    """Rotate ``x (nnz, H, R)`` in float64 with rows of ``cache``; NaN where ``valid`` is False."""
-    x = x.double()
-    half = x.shape[-1] // 2
-    rows = cache.double()[pos.clamp(0, cache.shape[0] - 1).long()]
-    cos, sin = rows[:, None, :half], rows[:, None, half:]
-    if is_neox:
-        a, b = x[..., :half], x[..., half:]
-    else:
-        a, b = x[..., 0::2], x[..., 1::2]
-    ra, rb = a * cos - b * sin, b * cos + a * sin
-    y = torch.empty_like(x)
-    if is_neox:
-        y[..., :half], y[..., half:] = ra, rb
-    else:
-        y[..., 0::2], y[..., 1::2] = ra, rb
-    y = y * scale
+def rotated(x, cache, pos, is_neox, scale, valid):
+    """``oracles.rotate`` of ``x (nnz, H, R)``, times ``scale``; NaN for the tokens whose position
+    is not ``valid`` (outside the cache: the kernel writes NaN there)."""
+    y = rotate(x, cache, pos.clamp(0, cache.shape[0] - 1), is_neox) * scale
     return torch.where(valid[:, None, None], y, float("nan"))
 
 
@@ -106,8 +94,8 @@ def test_rope_mla_merged_outputs(kernels, seed, k_2d, is_neox, out_dtype, in_dty
         q_rope, k_in[..., nope:], q_nope, k_in[..., :nope], cache, pos, is_neox,
         scale_q, scale_kv, q_out[..., nope:], k_dst[..., nope:], q_out[..., :nope], k_dst[..., :nope],
     ))  # fmt: skip
-    assert_fp8_close(q_out[..., nope:], rope_oracle(q_rope, cache, pos, is_neox, scale_q, valid), out_dtype)
-    k_ref = rope_oracle(latent[:, None, nope:], cache, pos, is_neox, scale_kv, valid)[:, 0]
+    assert_fp8_close(q_out[..., nope:], rotated(q_rope, cache, pos, is_neox, scale_q, valid), out_dtype)
+    k_ref = rotated(latent[:, None, nope:], cache, pos, is_neox, scale_kv, valid)[:, 0]
     assert_fp8_close(k_out[:, nope:], k_ref, out_dtype)
     assert_fp8_close(q_out[..., :nope], q_nope.double() * scale_q, out_dtype)
     assert_fp8_close(k_out[:, :nope], latent[:, :nope].double() * scale_kv, out_dtype)
@@ -131,10 +119,10 @@ def test_rope_gqa_stride0_heads_no_nope_saturation(kernels, seed):
         q_rope, k_rope, empty_q, empty_k, cache, pos, True, 2.0, 1.0,
         q_out, k_out, empty_q.to(E4M3), empty_k.to(E4M3),
     ))  # fmt: skip
-    q_ref = rope_oracle(q_rope, cache, pos, True, 2.0, valid)
+    q_ref = rotated(q_rope, cache, pos, True, 2.0, valid)
     assert (q_ref.abs() > 448).any(), "the case must exercise saturation"
     assert_fp8_close(q_out, q_ref, E4M3)
-    assert_fp8_close(k_out, rope_oracle(k_rope, cache, pos, True, 1.0, valid), E4M3)
+    assert_fp8_close(k_out, rotated(k_rope, cache, pos, True, 1.0, valid), E4M3)
 
 
 # ---------------------------------------------------------------------------------------- decode

@@ -24,11 +24,11 @@ E4M3 = torch.float8_e4m3fn
 INT32_MAX = 2**31 - 1
 
 
-def launch_packed(md, call, length_mode):
+def launch_packed(md, call, lengths):
     """The launcher's record holds the pool as a cache of one-row pages."""
     from flashinfer.mla.kernels.mla_decode_shared import key_rows
 
-    md.mla_decode(call, key_rows(call, False), packed=True, length_mode=length_mode)
+    md.mla_decode(call, key_rows(call, False), packed=True, lengths=lengths)
 
 
 def packed_pool(slots, pow2=True):
@@ -97,7 +97,7 @@ def test_packed_decode(kernels, seed, heads, q_len, splits, with_sinks, lengths,
     plan = dataclasses.replace(md.plan_decode(batch, q_len, heads, topk, num_sms=132), num_splits=splits)
     bmm1 = 0.06
     launch_packed(md, Decode(query, rows.unsqueeze(1), indices, token_lengths, bmm1, 1.0, sinks, out, lse, plan,
-                             workspace), length_mode=1 if lengths else 2)  # fmt: skip
+                             workspace), md.Lengths.PER_TOKEN if lengths else md.Lengths.ALL)  # fmt: skip
     ref_out, ref_lse = oracle(query, keys.bfloat16().double(), indices, token_lengths, bmm1, sinks)
     assert_close(out, lse, ref_out, ref_lse)
     assert (out[2, 0] == 0).all(), "a token with no valid entry gets 0"
@@ -120,7 +120,7 @@ def test_packed_rows_are_read_at_their_byte_offsets(kernels, seed):
     plan = md.plan_decode(1, 1, heads, 64, num_sms=132)
     workspace = torch.empty(1 << 16, dtype=torch.uint8)
     call = Decode(query, rows.unsqueeze(1), indices, None, 1.0, 1.0, None, out, lse, plan, workspace)
-    launch_packed(md, call, length_mode=2)
+    launch_packed(md, call, md.Lengths.ALL)
     expected = keys[29, :512].expand(heads, 512)
     torch.testing.assert_close(out[0, 0].double(), expected, rtol=2**-8, atol=0)  # one bf16 rounding
     # a single key: lse2 = s * log2(e), with s the (bf16-rounded) K value the query picks

@@ -8,8 +8,9 @@ belongs shows up as an ``AttributeError`` while the rules read it; the op then c
 
 The rules both op packages state are written here once, each a function that reads what it needs
 and calls :func:`fail` only when the rule is broken (the vocabulary: :func:`check_device`,
-:func:`check_k_major`, :func:`check_fp8`, :func:`check_scale`, :func:`check_out`,
-:func:`check_no_overlap`). A rule is one call and one attribute read on the passing path, so the
+:func:`check_last_dim_contiguous`, :func:`check_k_major`, :func:`check_fp8`, :func:`check_scale`,
+:func:`check_out`, :func:`check_no_overlap`). A rule raises ``ValueError`` unless the op passes
+its upstream type (``exc``). No op module defines a function of these names. A rule is one call and one attribute read on the passing path, so the
 API layers' host time stays inside ``benchmarks/host_overhead.py``'s budgets. Rules that belong to
 one op (a shape relation, a backend name's rule) stay with the op.
 """
@@ -53,7 +54,20 @@ def require_tensors(exc: type[Exception] = TypeError, *, optional: tuple = (), *
 
 def last_dim_contiguous(x: torch.Tensor) -> bool:
     """Unit stride in the last dimension (or a last dimension of at most one element)."""
-    return x.dim() == 0 or x.shape[-1] <= 1 or x.stride(-1) == 1
+    # cheapest first: a contiguous tensor (0-dim included) answers in one call, and the stride
+    # tuple is read before `x.stride(-1)`, which parses its argument
+    return x.is_contiguous() or x.stride()[-1] == 1 or x.shape[-1] <= 1
+
+
+def check_last_dim_contiguous(
+    x: torch.Tensor, arg: str, exc: type[Exception] = ValueError, why: str = ""
+) -> None:
+    """``x`` has unit stride in its last dimension (:func:`last_dim_contiguous`), the layout every
+    kernel reads rows with; ``why`` adds upstream's words for the rule."""
+    if not last_dim_contiguous(x):
+        fail(
+            exc, arg, f"a tensor whose last dimension is contiguous (stride 1{'; ' + why if why else ''})", x
+        )
 
 
 def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -94,17 +108,21 @@ def check_no_overlap(out: torch.Tensor, arg: str, names: tuple, *inputs) -> None
             return
 
 
-def check_device(x: torch.Tensor, arg: str, device: torch.device, anchor: str) -> None:
-    """``x`` lives on ``device``, the device of the argument named ``anchor``."""
+def check_device(
+    x: torch.Tensor, arg: str, device: torch.device, anchor: str, exc: type[Exception] = ValueError
+) -> None:
+    """``x`` lives on ``device``, the device of the argument named ``anchor``; else ``exc`` (the
+    op's upstream type: ``ValueError`` from Python checks, ``RuntimeError`` from C++ ones)."""
     if x.device != device:
-        fail(ValueError, arg, f"a tensor on {device} (the device of `{anchor}`)", f"a tensor on {x.device}")
+        fail(exc, arg, f"a tensor on {device} (the device of `{anchor}`)", f"a tensor on {x.device}")
 
 
 def check_k_major(x: torch.Tensor, arg: str, k_dim: int = -1) -> None:
     """``x`` is K-major: unit stride along its reduction dimension ``k_dim`` (a K of one element
     passes), the layout the GEMM kernels read without a copy."""
-    # cheapest first: a contiguous tensor has unit stride along its last dimension (50 ns), and
-    # the stride tuple is read before `x.stride(k_dim)`, which parses its argument (150 ns)
+    # cheapest first (benchmarks/host_overhead.py): a contiguous tensor has unit stride along its
+    # last dimension, and the stride tuple is read before `x.stride(k_dim)`, which parses its
+    # argument
     if (k_dim != -1 or not x.is_contiguous()) and x.stride()[k_dim] != 1 and x.shape[k_dim] > 1:
         fail(ValueError, arg, f"a K-major tensor (stride 1 along k, dimension {k_dim % x.dim()})", x)
 
@@ -124,9 +142,7 @@ def check_scale(scale: torch.Tensor, arg: str, shape, device: torch.device, anch
     if shape is not None and scale.shape != shape:
         fail(ValueError, arg, f"shape {tuple(shape)}", f"shape {tuple(scale.shape)}")
     if scale.device != device:
-        fail(
-            ValueError, arg, f"a tensor on {device} (the device of `{anchor}`)", f"a tensor on {scale.device}"
-        )
+        check_device(scale, arg, device, anchor)
 
 
 def check_out(

@@ -5,10 +5,10 @@ per-call dispatch.
 every call (each pointer's 16-byte alignment, each integer's divisibility), builds a cache key
 from it, looks the compiled kernel up, and its C launcher asks the driver about each pointer
 (``cuPointerGetAttribute``). For kernels with 30-40 arguments that host work takes longer than
-the kernel at small sizes (RoPE of one token, decode at batch 1): measured on the H200's host,
-an eager call through :class:`FastLaunch` takes 10-31 us less than through Triton's launch, and
-an autotuned GEMM through :class:`TunedLaunch` 25-54 us less than through Triton's Autotuner
-(``benchmarks/launch_overhead.py``; ``benchmarks/RESULTS.md``, "Eager launches"). Inside a CUDA
+the kernel at small sizes (RoPE of one token, decode at batch 1): an eager call through
+:class:`FastLaunch` and an autotuned GEMM through :class:`TunedLaunch` take tens of microseconds
+less than through Triton's launch and Autotuner (the figures: ``benchmarks/launch_overhead.py``;
+``benchmarks/RESULTS.md``, "Eager launches"). Inside a CUDA
 graph none of this host work is paid; eager calls (warm-up, prefill, engines without graphs)
 pay it on every call, hence this layer.
 
@@ -184,10 +184,15 @@ class FastLaunch:
         ptrs = list(map(_DATA_PTR, tensors))
         # the pattern stands for the argument types (one pattern per types, hashed by identity)
         key = (
-            device, pattern, tuple(kwargs.items()), tuple(map(_DTYPE, tensors)),
-            tuple(map(_REMAINDER_16, ptrs)), pattern.scalars(args), tuple(map(_int_class, pattern.varying(args))),
+            device,
+            pattern,
+            tuple(kwargs.items()),
+            tuple(map(_DTYPE, tensors)),
+            tuple(map(_REMAINDER_16, ptrs)),
+            pattern.scalars(args),
+            tuple(map(_int_class, pattern.varying(args))),
             tuple(map(_descriptor_key, pattern.descriptors(args))),
-        )  # fmt: skip
+        )
         entry = self._compiled.get(key)
         if entry is None:
             self._compile_and_launch(key, grid, args, kwargs)
@@ -197,8 +202,18 @@ class FastLaunch:
         for position, ptr in zip(pattern.tensor_positions, ptrs):
             call_args[position] = ptr
         stream = driver.active.get_current_stream(device)
-        run(*grid, *(1,) * (3 - len(grid)), stream, function, packed_metadata, None, None, None,
-            *call_args, *constexprs)  # fmt: skip
+        run(
+            *grid,
+            *(1,) * (3 - len(grid)),
+            stream,
+            function,
+            packed_metadata,
+            None,
+            None,
+            None,
+            *call_args,
+            *constexprs,
+        )
 
     def _compile_and_launch(self, key, grid, args, kwargs) -> None:
         compiled = self.kernel[grid](*args, **kwargs)

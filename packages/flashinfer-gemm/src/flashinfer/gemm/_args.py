@@ -5,7 +5,7 @@ field already satisfies what its docstring says) and passed, as one argument, to
 ``_reference``, ``_cuda`` and ``_mate`` and on to the Triton launchers. Fields hold the caller's
 tensors as given; views an implementation may want (a 0-dim scale, the logical orientation of
 an MN-major scale) are properties, made only by the implementations that read them: a view
-costs about 2 us of host time, more than the whole validation of a call.
+costs more host time than the whole validation of a call (``benchmarks/RESULTS.md``, "Host time").
 """
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
     return run_bmm(Bmm(A, B, out), a_shape[2], device)
 
 
-def _check_scale(scale, arg: str, device, batch: int, rows: int) -> None:
+def _check_bmm_fp8_scale(scale, arg: str, device, batch: int, rows: int) -> None:
     """A float32 scale on ``device``: ``()``, ``(1,)``, ``(batch, rows, 1)`` or ``(batch, 1, rows)``."""
     check_scale(scale, arg, None, device, "A")
     shape = scale.shape
@@ -242,8 +242,8 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
             if out is not None:
                 check_out(out, (a_shape[0], a_shape[1], b_shape[2]), dtype, device, _WITH_DTYPE)
                 check_no_overlap(out, "out", _INPUTS, A, B, A_scale, B_scale)
-            _check_scale(A_scale, "A_scale", device, a_shape[0], a_shape[1])
-            _check_scale(B_scale, "B_scale", device, a_shape[0], b_shape[2])
+            _check_bmm_fp8_scale(A_scale, "A_scale", device, a_shape[0], a_shape[1])
+            _check_bmm_fp8_scale(B_scale, "B_scale", device, a_shape[0], b_shape[2])
             if backend in BMM_FP8.rules:
                 BMM_FP8.enforce(backend, A.dtype, B.dtype)
     except AttributeError:

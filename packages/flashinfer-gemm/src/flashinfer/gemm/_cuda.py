@@ -16,8 +16,8 @@ runs the Triton kernels of ``flashinfer.gemm.kernels``. Devices without FP8 tens
 Kernel tiers (``flashinfer._core.kernel_tier``): the Gluon kernels (``kernels.bmm.gluon_fp8_bmm``, ``kernels.blockwise.gluon_fp8_blockwise``) run
 on compute capability 9.0 with the Triton versions they were built for. ``auto`` takes them
 where the H200 benchmark shows them ahead of the alternative (``GLUON_GROUPED_IN_AUTO``): the
-grouped GEMMs (contiguous, masked and row segments), 1.65-1.88x the tl kernels on DeepSeek's MoE
-shapes (``benchmarks/RESULTS.md``). The dense block-scaled GEMM runs the decode-size kernel up to
+grouped GEMMs (contiguous, masked and row segments), ahead of the tl kernels on DeepSeek's MoE
+shapes (``benchmarks/RESULTS.md``, "The Hopper Gluon block-scaled GEMMs"). The dense block-scaled GEMM runs the decode-size kernel up to
 ``DECODE_GEMM_MAX_M`` rows (``kernels.blockwise.fp8_decode_gemm``, a portable Triton kernel, on
 every tier but a forced Gluon one), or cuBLASLt where its table measured cuBLASLt faster; above,
 cuBLASLt, which is ahead at most m; ``bmm_fp8`` stays on its measured routes (``GLUON_IN_AUTO``).
@@ -45,8 +45,9 @@ from ._group_gemm_segments import contiguous_rows
 _BLOCKWISE_CUBLAS_MAJOR = 9
 _CUBLAS_ALIGNMENT_BYTES = 16
 # Dense block-scaled GEMMs up to this many rows take the Gluon kernel before cuBLASLt (small m is
-# bound by reading B, which cuBLASLt does at 2.5-6x the floor); above it cuBLASLt (963-972 TFLOP/s
-# at m = 4096 on the H200) until benchmarks/gluon_gemm_probe.py shows the Gluon tiles ahead.
+# bound by reading B, which cuBLASLt does far above the floor); above it cuBLASLt, which leads at
+# large m, until benchmarks/gluon_gemm_probe.py shows the Gluon tiles ahead (the figures:
+# benchmarks/RESULTS.md, "FP8 GEMMs").
 GLUON_OVER_CUBLAS_MAX_M = 256
 # Whether FLASHINFER_KERNEL_TIER=auto takes the Gluon dense GEMM and bmm (behind cuBLASLt at most
 # m in the last H200 run) and the grouped GEMMs (ahead of the tl kernels at every MoE shape).

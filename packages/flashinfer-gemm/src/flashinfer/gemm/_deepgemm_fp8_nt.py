@@ -9,6 +9,7 @@ import torch
 from flashinfer._core.backends import gated
 from flashinfer._core.checks import (
     check_device,
+    check_last_dim_contiguous,
     check_no_overlap,
     check_scale,
     describe,
@@ -34,9 +35,7 @@ def _check_operand(x, arg: str) -> None:
     """DeepGEMM's operand asserts, in its words: float8_e4m3fn, K-major."""
     if x.dtype != _E4M3:
         fail(ValueError, arg, f"dtype torch.float8_e4m3fn ({arg} must be float8_e4m3fn)", f"dtype {x.dtype}")
-    if not x.is_contiguous() and x.stride()[-1] != 1 and x.shape[-1] > 1:
-        expected = f"a tensor with unit stride in its last dimension (major_{arg} must be KMajor)"
-        fail(ValueError, arg, expected, x)
+    check_last_dim_contiguous(x, arg, why=f"major_{arg} must be KMajor")
 
 
 def _check_common(a, b, a_scale, b_scale, index, names: tuple, out, dtype) -> None:
@@ -58,9 +57,7 @@ def _check_common(a, b, a_scale, b_scale, index, names: tuple, out, dtype) -> No
         fail(ValueError, arg, "torch.bfloat16 (d must be bfloat16)", describe(dtype))
     if out is not None:
         check_device(out, "out", device, "a")
-        if not out.is_contiguous() and out.stride()[-1] != 1 and out.shape[-1] > 1:
-            expected = "a tensor with unit stride in its last dimension (d must be N-major)"
-            fail(ValueError, "out", expected, out)
+        check_last_dim_contiguous(out, "out", why="d must be N-major")
         check_no_overlap(out, "out", names, a, b, a_scale, b_scale, index)
 
 

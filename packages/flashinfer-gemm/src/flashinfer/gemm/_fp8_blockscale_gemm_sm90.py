@@ -24,7 +24,7 @@ _BF16 = torch.bfloat16
 _OUT = (torch.bfloat16, torch.float16)
 
 
-def _check_operands(input_shape, weight_shape) -> tuple:
+def _check_shapes(input_shape, weight_shape) -> tuple:
     """Upstream's shape rules, in its order and with its messages; returns ``(M, N, K)``."""
     if len(input_shape) != 2:
         raise ValueError(f"Input must be 2D (M, K), got shape {tuple(input_shape)}")
@@ -63,7 +63,7 @@ def _input_scale_view(input_scale, M: int, kb: int):
     )
 
 
-def _check_scales(input_dtype, weight_dtype, input_scale, weight_scale, device, M, N, K):
+def _check_input_weight_scales(input_dtype, weight_dtype, input_scale, weight_scale, device, M, N, K):
     """Upstream's dtype-combination and scale rules; returns the logical scale views."""
     input_is_fp8 = input_dtype == _E4M3
     if input_is_fp8 and weight_dtype == _BF16:
@@ -204,9 +204,9 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
     torch.Size([4, 128])
     """
     try:
-        M, N, K = _check_operands(input.shape, weight.shape)
+        M, N, K = _check_shapes(input.shape, weight.shape)
         input_dtype, weight_dtype, device = input.dtype, weight.dtype, input.device
-        input_scale, weight_scale = _check_scales(
+        input_scale, weight_scale = _check_input_weight_scales(
             input_dtype, weight_dtype, input_scale, weight_scale, device, M, N, K
         )
         dtype = _output_dtype(out, out_dtype, M, N, device)
@@ -219,9 +219,13 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
             check_no_overlap(out, "out", ("input", "weight"), input, weight)
     except AttributeError:
         require_tensors(
-            input=input, weight=weight, input_scale=input_scale, weight_scale=weight_scale, out=out,
+            input=input,
+            weight=weight,
+            input_scale=input_scale,
+            weight_scale=weight_scale,
+            out=out,
             optional=("input_scale", "weight_scale", "out"),
-        )  # fmt: skip
+        )
         raise
     if out is None:
         out = torch.empty((M, N), dtype=dtype, device=device)

@@ -236,9 +236,14 @@ def gemm_fp8_nt_groupwise(
             a_mn = b_mn = scale_major_mode == "MN"
     except AttributeError:
         require_tensors(
-            a=a, b=b, a_scale=a_scale, b_scale=b_scale, out=out, output_scale=output_scale,
+            a=a,
+            b=b,
+            a_scale=a_scale,
+            b_scale=b_scale,
+            out=out,
+            output_scale=output_scale,
             optional=("out", "output_scale"),
-        )  # fmt: skip
+        )
         raise
     if out is None:
         out = torch.empty((m, n), dtype=dtype, device=device)
@@ -324,6 +329,16 @@ def gemm_fp8_nt_blockscaled(
     """
     # positional: keywords cost host time; `cutlass` keeps its rules, no FP8 output
     return gemm_fp8_nt_groupwise(
-        a, b, a_scale, b_scale, scale_major_mode, mma_sm, _BLOCK_GRANULARITY, out, out_dtype, "cutlass", None,
+        a,
+        b,
+        a_scale,
+        b_scale,
+        scale_major_mode,
+        mma_sm,
+        _BLOCK_GRANULARITY,
+        out,
+        out_dtype,
+        "cutlass",
+        None,
         skip_check=skip_check,
-    )  # fmt: skip
+    )

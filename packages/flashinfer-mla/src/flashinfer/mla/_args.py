@@ -4,14 +4,18 @@ One immutable record per op, built once by the public function after validation 
 satisfies its docstring) and passed, as one argument, to ``_reference``, ``_cuda`` and ``_mate``
 and on to the Triton launchers. Fields hold the caller's tensors as given; views an
 implementation may want (the flat token pool, a 3-D LSE) are properties, made only by the
-implementations that read them: a view costs about 2 us of host time.
+implementations that read them: a view costs host time (``benchmarks/RESULTS.md``, "Host time").
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
+
+if TYPE_CHECKING:  # _metadata imports _dispatch, which imports this module
+    from ._metadata import DecodeMetadata
 
 
 class Rope(NamedTuple):
@@ -55,15 +59,17 @@ class Rope(NamedTuple):
     k_nope_out: torch.Tensor
 
 
-class DecodeOptions(NamedTuple):
+@dataclass(slots=True, kw_only=True)
+class DecodeOptions:
     """The arguments of ``trtllm_batch_decode_with_kv_cache_mla`` that a cache form's ``check``
     reads, as the caller passed them (nothing validated yet but the options every form shares:
     ``backend``, ``max_q_len``, the DCP options, ``use_fp16_softmax``).
 
-    Each cache form (``_unpacked_decode``: rows in the query's dtype; ``_packed_decode``: the
-    656-byte rows) has a ``check(options)`` that validates these by its own rules, allocates the
-    outputs and returns the :class:`Decode` record. The fields keep the public names (see the
-    public function's docstring).
+    Built by keyword and read by name: each cache form (``_unpacked_decode``: rows in the query's
+    dtype; ``_packed_decode``: the 656-byte rows) has a ``check(options)`` that reads the fields
+    it needs, validates them by its own rules, allocates the outputs and returns the
+    :class:`Decode` record. The fields keep the public names and types (see the public
+    function's docstring); the annotations say what the caller should pass, not what was checked.
     """
 
     query: torch.Tensor
@@ -77,7 +83,7 @@ class DecodeOptions(NamedTuple):
     out: torch.Tensor | None
     bmm1_scale: float | torch.Tensor
     bmm2_scale: float | torch.Tensor
-    sinks: object
+    sinks: torch.Tensor | list[torch.Tensor] | None
     skip_softmax_threshold_scale_factor: float | None
     uses_shared_paged_kv_idx: bool
     lse: torch.Tensor | None
@@ -86,7 +92,7 @@ class DecodeOptions(NamedTuple):
     cum_seq_lens_q: torch.Tensor | None
     multi_ctas_kv_counter_buffer: torch.Tensor | None
     sparse_mla_top_k_lens: torch.Tensor | None
-    metadata: object
+    metadata: DecodeMetadata | None
 
 
 class Decode(NamedTuple):
@@ -107,8 +113,13 @@ class Decode(NamedTuple):
         ids; token t attends positions ``0 .. L-1``, ``L = seq_lens[b] - (q_len - 1 - t)``, at
         page ``table[b, pos // page_size]``; ids outside ``[0, pages)`` are skipped, entries past
         ``ceil(L / page_size)`` never read.
-    seq_lens : torch.Tensor
-        ``(B,)`` int32.
+    seq_lens : torch.Tensor or None
+        int32 list lengths; which meaning is the cache form's (the decode kernel's
+        ``kernels.mla_decode.Lengths``). Unpacked form: ``(B,)``, token t of request b
+        considers ``seq_lens[b] - (q_len - 1 - t)`` positions (``CAUSAL``; per-row lengths of a
+        call flattened to one token per row read the same with q_len 1). Packed form:
+        ``(B * q_len,)``, one length per query token (``PER_TOKEN``), or None: every position
+        (``ALL``).
     bmm1_scale, bmm2_scale : float or torch.Tensor
         A Python float or a one-element float32 tensor on the device:
         ``s_j = bmm1_scale * <q, K_j>``, ``out = bmm2_scale * softmax(s) @ V`` with
@@ -132,7 +143,7 @@ class Decode(NamedTuple):
     query: torch.Tensor
     kv_cache: torch.Tensor
     table: torch.Tensor
-    seq_lens: torch.Tensor
+    seq_lens: torch.Tensor | None
     bmm1_scale: float | torch.Tensor
     bmm2_scale: float | torch.Tensor
     sinks: torch.Tensor | None

@@ -8,8 +8,9 @@ in its ``check``.
 
 The device rule is :func:`flashinfer._core.checks.check_device`; the passing path tests the
 device inline before calling it, as every guarded rule here does (``if x.device != device:``), so
-a call that passes costs no function call per tensor (about 70 ns each, over the budget of
-``benchmarks/host_overhead.py`` with the seven tensors a decode reads).
+a call that passes costs no function call per tensor (with the seven tensors a decode reads,
+those calls would exceed the budget of ``benchmarks/host_overhead.py``; ``benchmarks/RESULTS.md``,
+"Host time").
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import NoReturn
 import torch
 
 from .._core.backends import BackendTable
-from .._core.checks import check_device, check_no_overlap, describe, fail
+from .._core.checks import check_device, check_last_dim_contiguous, check_no_overlap, describe, fail
 from ..utils import get_device_sm_count, get_trtllm_gen_multi_ctas_kv_counter_bytes
 
 # Every name runs this device's implementation; none keeps a rule of its own.
@@ -52,7 +53,7 @@ def reject_parallel_options(enable_dcp, cp_world, cp_rank, causal_seqlens_kv_glo
     raise ValueError("cp_world, cp_rank and causal_seqlens_kv_global need enable_dcp=True")
 
 
-def check_scale(scale, name: str, device: torch.device) -> float | torch.Tensor:
+def check_decode_scale(scale, name: str, device: torch.device) -> float | torch.Tensor:
     """A finite Python float (ints become floats), or a one-element float32 tensor on ``device``."""
     if type(scale) is float and math.isfinite(scale):
         return scale
@@ -104,9 +105,7 @@ def check_query_and_cache(
     if len(shape) not in (3, 4) or (len(shape) == 4 and shape[1] != 1):
         expected = "a [num_pages, page_size, head_dim] or [num_pages, 1, page_size, head_dim] tensor"
         fail(ValueError, "kv_cache", expected, kv_cache)
-    strides = kv_cache.stride()
-    if strides[-1] != 1:
-        fail(ValueError, "kv_cache", "a tensor whose last dimension is contiguous (stride 1)", kv_cache)
+    check_last_dim_contiguous(kv_cache, "kv_cache")
     if kv_cache.device != query.device:
         check_device(kv_cache, "kv_cache", query.device, "query")
     if sparse:
@@ -201,7 +200,7 @@ def check_sinks(sinks, heads: int, device: torch.device) -> torch.Tensor:
     return sinks
 
 
-def check_out(out, shape: tuple, query, kv_cache, accept_3d: bool) -> torch.Tensor:
+def check_decode_out(out, shape: tuple, query, kv_cache, accept_3d: bool) -> torch.Tensor:
     """``out`` is ``shape`` bfloat16 on the query's device; returns it (a 3-D one as a 4-D view)."""
     out_shape = out.shape
     if out_shape == shape:
@@ -215,8 +214,7 @@ def check_out(out, shape: tuple, query, kv_cache, accept_3d: bool) -> torch.Tens
             f"Invalid shape/dtype/device of out: expected shape {shape}, torch.bfloat16 on "
             f"{query.device}, got shape {tuple(out_shape)}, {out.dtype} on {out.device}"
         )
-    if shape[-1] > 1 and not (out.is_contiguous() or out.stride()[-1] == 1):
-        fail(ValueError, "out", "a tensor whose last dimension is contiguous (stride 1)", out)
+    check_last_dim_contiguous(out, "out")
     check_no_overlap(out, "out", ("query", "kv_cache"), query, kv_cache)
     return view
 

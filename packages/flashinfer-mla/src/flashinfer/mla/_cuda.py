@@ -153,7 +153,5 @@ def packed_sparse_decode(call) -> None:
     if call.plan is None:
         call = call._replace(plan=decode_plan(*call.query.shape[:3], call.table.shape[-1], call.query.device))
     _, portable, shared = _kernels()
-    length_mode = 2 if call.seq_lens is None else 1
-    portable.mla_decode(
-        call, shared.key_rows(call, False), call.plan.portable, packed=True, length_mode=length_mode
-    )
+    lengths = portable.Lengths.ALL if call.seq_lens is None else portable.Lengths.PER_TOKEN
+    portable.mla_decode(call, shared.key_rows(call, False), call.plan.portable, packed=True, lengths=lengths)

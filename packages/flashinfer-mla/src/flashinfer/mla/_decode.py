@@ -149,7 +149,8 @@ def trtllm_batch_decode_with_kv_cache_mla(
     ValueError
         FlashInfer's checks (dims, head dim, index shape, ``out``, ``seq_lens=None``, unknown
         backend, skip-softmax in sparse mode, counter buffer, DCP options), a metadata object for
-        another configuration, a cache that cannot be viewed as a flat token pool.
+        another configuration, a cache that cannot be viewed as a flat token pool, a non-tensor
+        (None included) where a tensor belongs, named.
     TypeError
         A tensor scale that is not float32; ``metadata`` that is not a ``DecodeMetadata``.
     RuntimeError
@@ -181,11 +182,29 @@ def trtllm_batch_decode_with_kv_cache_mla(
         _checks.reject_parallel_options(enable_dcp, cp_world, cp_rank, causal_seqlens_kv_global)
     if use_fp16_softmax is not None and not isinstance(use_fp16_softmax, bool):
         fail(ValueError, "use_fp16_softmax", "None or a bool", describe(use_fp16_softmax))
-    options = DecodeOptions._make((
-        query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens, sparse_mla_top_k,
-        out, bmm1_scale, bmm2_scale, sinks, skip_softmax_threshold_scale_factor, uses_shared_paged_kv_idx, lse,
-        return_lse, kv_scale_format, cum_seq_lens_q, multi_ctas_kv_counter_buffer, sparse_mla_top_k_lens, metadata,
-    ))  # fmt: skip
+    options = DecodeOptions(
+        query=query,
+        kv_cache=kv_cache,
+        workspace_buffer=workspace_buffer,
+        kv_lora_rank=kv_lora_rank,
+        qk_rope_head_dim=qk_rope_head_dim,
+        block_tables=block_tables,
+        seq_lens=seq_lens,
+        sparse_mla_top_k=sparse_mla_top_k,
+        out=out,
+        bmm1_scale=bmm1_scale,
+        bmm2_scale=bmm2_scale,
+        sinks=sinks,
+        skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor,
+        uses_shared_paged_kv_idx=uses_shared_paged_kv_idx,
+        lse=lse,
+        return_lse=return_lse,
+        kv_scale_format=kv_scale_format,
+        cum_seq_lens_q=cum_seq_lens_q,
+        multi_ctas_kv_counter_buffer=multi_ctas_kv_counter_buffer,
+        sparse_mla_top_k_lens=sparse_mla_top_k_lens,
+        metadata=metadata,
+    )
 
     # ---- the cache form's rules and record, then one call into the device's implementation
     if isinstance(kv_cache, torch.Tensor) and kv_cache.dtype == _PACKED_DTYPE:

@@ -77,8 +77,13 @@ def _rope_eligible(q_rope, k_rope, q_nope, k_nope, q_rope_out) -> bool:
 def rope_quantize(call) -> None:
     """``mate.sparse_mla_interface.mla_rope_quantize_fp8`` when its kernel fits, else the reference."""
     q_rope, q_nope, cos_sin_cache, pos_ids, q_rope_out, q_nope_out = (
-        call.q_rope, call.q_nope, call.cos_sin_cache, call.pos_ids, call.q_rope_out, call.q_nope_out
-    )  # fmt: skip
+        call.q_rope,
+        call.q_nope,
+        call.cos_sin_cache,
+        call.pos_ids,
+        call.q_rope_out,
+        call.q_nope_out,
+    )
     k_rope, k_nope, k_rope_out, k_nope_out = _reference.keys_3d(
         call.k_rope, call.k_nope, call.k_rope_out, call.k_nope_out
     )
@@ -191,8 +196,14 @@ def _decode_eligible(query, kv, bmm1_scale, out) -> bool:
 def sparse_decode(call):
     """``mate.sparse_mla_interface.sparse_mla_fp8_decode`` for FP8 e4m3 512/64 calls."""
     query, kv, indices, seq_lens, out, lse, sinks = (
-        call.query, call.pool, call.table, call.seq_lens, call.out, call.lse3, call.sinks
-    )  # fmt: skip
+        call.query,
+        call.pool,
+        call.table,
+        call.seq_lens,
+        call.out,
+        call.lse3,
+        call.sinks,
+    )
     bmm1_scale, bmm2_scale = call.bmm1_scale, call.bmm2_scale
     op = "trtllm_batch_decode_with_kv_cache_mla (sparse)"
     if not _decode_eligible(query, kv, bmm1_scale, out):
@@ -286,8 +297,14 @@ def packed_sparse_decode(call):
         _reference.packed_sparse_decode(call)
         return
     query, kv, indices, lengths, sinks, out, lse = (
-        call.query, call.pool, call.table, call.seq_lens, call.sinks, call.out, call.lse3
-    )  # fmt: skip
+        call.query,
+        call.pool,
+        call.table,
+        call.seq_lens,
+        call.sinks,
+        call.out,
+        call.lse3,
+    )
     batch, q_len, heads, dim = query.shape
     topk = indices.shape[-1]
     padded_heads = -(-heads // HEAD_BLOCK) * HEAD_BLOCK

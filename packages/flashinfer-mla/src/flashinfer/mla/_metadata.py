@@ -51,8 +51,13 @@ class DecodeMetadata:
     def check(self, batch: int, q_len: int, heads: int, topk: int, device: torch.device, kind: str) -> None:
         """Raise ``ValueError`` naming the first field that differs from this call's."""
         if (self.batch, self.q_len, self.heads, self.topk, self.kind, self.device) == (
-            batch, q_len, heads, topk, kind, device
-        ):  # fmt: skip
+            batch,
+            q_len,
+            heads,
+            topk,
+            kind,
+            device,
+        ):
             return
         call = {"batch": batch, "q_len": q_len, "heads": heads, "topk": topk, "device": device, "kind": kind}
         for field, value in call.items():

@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from .._core.checks import check_device, describe, fail, require_tensors
+from .._core.checks import check_device, fail, require_tensors
 from . import _checks
 from ._args import Decode, DecodeOptions
 from ._metadata import check_metadata
@@ -43,11 +43,11 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
     """Validate a call on the packed cache (``kv_cache`` is uint8) and make its record: returns
     ``(call, result)`` like :func:`._unpacked_decode.check` (``call.seq_lens`` holds the per-token
     top-k lengths, or None: every column)."""
-    (
-        query, kv_cache, workspace, kv_lora_rank, rope_dim, block_tables, seq_lens, topk, out, bmm1_scale,
-        bmm2_scale, sinks, skip_softmax, uses_shared_paged_kv_idx, lse, return_lse, kv_scale_format,
-        cum_seq_lens_q, counter_buffer, topk_lens, metadata,
-    ) = options  # fmt: skip
+    o = options
+    query, kv_cache, workspace, block_tables = o.query, o.kv_cache, o.workspace_buffer, o.block_tables
+    kv_lora_rank, rope_dim, topk = o.kv_lora_rank, o.qk_rope_head_dim, o.sparse_mla_top_k
+    bmm1_scale, bmm2_scale, seq_lens, out, lse = o.bmm1_scale, o.bmm2_scale, o.seq_lens, o.out, o.lse
+    sinks, metadata, counter_buffer = o.sinks, o.metadata, o.multi_ctas_kv_counter_buffer
     # ---- options, in upstream's order
     if (
         type(bmm1_scale) is not float
@@ -55,25 +55,23 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         or type(bmm2_scale) is not float
         or bmm2_scale != 1.0
     ):
-        _check_scales(bmm1_scale, bmm2_scale)
-    if topk_lens is not None:
+        _check_packed_scales(bmm1_scale, bmm2_scale)
+    if o.sparse_mla_top_k_lens is not None:
         raise ValueError(
             "sparse_mla_top_k_lens is only supported by the native qk_rope_head_dim=0 MLA path, not with "
             "the packed 656-byte kv_cache (pass the per-token top-k lengths as seq_lens)"
         )
     if type(topk) is not int or topk <= 0:
         raise ValueError(f"{_FORM} requires sparse_mla_top_k > 0, got {topk!r}")
-    if skip_softmax is not None:
+    if o.skip_softmax_threshold_scale_factor is not None:
         raise ValueError("skip_softmax is not supported for sparse MLA")
-    if not uses_shared_paged_kv_idx:
+    if not o.uses_shared_paged_kv_idx:
         raise ValueError(f"{_FORM} expects shared sparse page indices (uses_shared_paged_kv_idx=True)")
-    if kv_scale_format not in KV_SCALE_FORMATS:
-        check_scale_format(kv_scale_format)
+    if o.kv_scale_format not in KV_SCALE_FORMATS:
+        check_scale_format(o.kv_scale_format)
 
     # ---- tensors, in upstream's order
     try:
-        if not isinstance(query, torch.Tensor):
-            fail(TypeError, "query", "a torch.Tensor", describe(query))
         q_shape = query.shape
         if len(q_shape) != 4:
             raise ValueError(f"Expected query.ndim == 4, got {len(q_shape)}")
@@ -94,9 +92,9 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         lengths = None if seq_lens is None else _token_lengths(seq_lens, batch, q_len, device)
         if heads > MAX_HEADS:
             raise ValueError(f"Expected num_heads <= {MAX_HEADS}, got {heads}")
-        if cum_seq_lens_q is not None:
+        if o.cum_seq_lens_q is not None:
             expected = "None with the packed kv_cache (its query is [batch, q_len, ...])"
-            fail(ValueError, "cum_seq_lens_q", expected, cum_seq_lens_q)
+            fail(ValueError, "cum_seq_lens_q", expected, o.cum_seq_lens_q)
         if sinks is not None:
             sinks = _checks.check_sinks(sinks, heads, device)
         if counter_buffer is not None:
@@ -105,23 +103,30 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
             check_metadata(metadata, batch, q_len, heads, topk, device)
         out_shape = (batch, q_len, heads, NOPE)
         if out is not None:
-            out4 = _checks.check_out(out, out_shape, query, kv_cache, accept_3d=q_len == 1)
+            out4 = _checks.check_decode_out(out, out_shape, query, kv_cache, accept_3d=q_len == 1)
         if lse is not None:
             _checks.check_lse(lse, batch * q_len, q_len, heads, device)
     except AttributeError:
         require_tensors(
-            ValueError, kv_cache=kv_cache, workspace_buffer=workspace, block_tables=block_tables,
-            seq_lens=seq_lens, out=out, lse=lse, multi_ctas_kv_counter_buffer=counter_buffer,
-            optional=("workspace_buffer", "block_tables", "seq_lens", "out", "lse", "multi_ctas_kv_counter_buffer"),
-        )  # fmt: skip
+            ValueError,
+            query=query,
+            kv_cache=kv_cache,
+            workspace_buffer=workspace,
+            block_tables=block_tables,
+            seq_lens=seq_lens,
+            out=out,
+            lse=lse,
+            multi_ctas_kv_counter_buffer=counter_buffer,
+            optional=("seq_lens", "out", "lse", "multi_ctas_kv_counter_buffer"),
+        )
         raise
 
     # ---- outputs, the record
     if out is None:
         out = out4 = torch.empty(out_shape, dtype=torch.bfloat16, device=device)
-    if lse is None and return_lse:
+    if lse is None and o.return_lse:
         lse = torch.empty(batch * q_len, heads, dtype=torch.float32, device=device)
-    result = (out, lse) if return_lse else out
+    result = (out, lse) if o.return_lse else out
     if batch * q_len * heads == 0:
         return None, result
     plan = None if metadata is None else metadata.plan
@@ -164,7 +169,7 @@ def check_scale_format(kv_scale_format) -> str:
     return name
 
 
-def _check_scales(bmm1_scale, bmm2_scale) -> None:
+def _check_packed_scales(bmm1_scale, bmm2_scale) -> None:
     """Upstream's scale rules of this form: Python floats, ``bmm2_scale`` exactly 1.0."""
     for name, scale in (("bmm1_scale", bmm1_scale), ("bmm2_scale", bmm2_scale)):
         if isinstance(scale, torch.Tensor) and scale.dtype != torch.float32:
@@ -174,7 +179,7 @@ def _check_scales(bmm1_scale, bmm2_scale) -> None:
             raise ValueError(f"{_FORM} expects {name} to be a float")
     if isinstance(bmm2_scale, bool) or not isinstance(bmm2_scale, (int, float)) or float(bmm2_scale) != 1.0:
         raise ValueError(f"{_FORM} does not support bmm2_scale (it must be 1.0), got {bmm2_scale!r}")
-    _checks.check_scale(bmm1_scale, "bmm1_scale", None)
+    _checks.check_decode_scale(bmm1_scale, "bmm1_scale", None)
 
 
 def _check_cache(kv_cache, device) -> None:
@@ -195,8 +200,12 @@ def _check_cache(kv_cache, device) -> None:
     if kv_cache.device != device:
         check_device(kv_cache, "kv_cache", device, "query")
     if kv_cache.data_ptr() % 16:
-        fail(ValueError, "kv_cache", "a packed cache starting on a 16-byte boundary",
-             f"an address {kv_cache.data_ptr() % 16} bytes past one")  # fmt: skip
+        fail(
+            ValueError,
+            "kv_cache",
+            "a packed cache starting on a 16-byte boundary",
+            f"an address {kv_cache.data_ptr() % 16} bytes past one",
+        )
     # whole rows back to back within a page; pages a whole number of rows apart (FlashMLA's
     # cache pads each page by a row): the implementations read one flat pool of 656-byte rows
     strides = kv_cache.stride()

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from .._core.checks import describe, fail, require_tensors
+from .._core.checks import check_device, check_last_dim_contiguous, describe, fail, require_tensors
 from ..api_logging import flashinfer_api
 from ._args import Rope
 from ._dispatch import DISPATCH
@@ -138,15 +138,21 @@ def rope_quantize_fp8(
         _check_tensors(inputs, given, cos_sin_cache, pos_ids, quantize_dtype, dtype_arg)
     except AttributeError:
         require_tensors(
-            q_rope=q_rope, k_rope=k_rope, q_nope=q_nope, k_nope=k_nope, cos_sin_cache=cos_sin_cache,
-            pos_ids=pos_ids, **dict(zip(_OUTPUTS, given)), optional=("q_nope", "k_nope", *_OUTPUTS),
-        )  # fmt: skip
+            q_rope=q_rope,
+            k_rope=k_rope,
+            q_nope=q_nope,
+            k_nope=k_nope,
+            cos_sin_cache=cos_sin_cache,
+            pos_ids=pos_ids,
+            **dict(zip(_OUTPUTS, given)),
+            optional=("q_nope", "k_nope", *_OUTPUTS),
+        )
         raise
     # Host numbers only: reading a tensor would synchronize (and break graph capture).
     if type(quant_scale_q) is not float or not math.isfinite(quant_scale_q):
-        quant_scale_q = _check_scale(quant_scale_q, "quant_scale_q")
+        quant_scale_q = _check_quant_scale(quant_scale_q, "quant_scale_q")
     if type(quant_scale_kv) is not float or not math.isfinite(quant_scale_kv):
-        quant_scale_kv = _check_scale(quant_scale_kv, "quant_scale_kv")
+        quant_scale_kv = _check_quant_scale(quant_scale_kv, "quant_scale_kv")
     if q_rope_out is None:
         q_rope_out = torch.empty(q_rope.shape, dtype=quantize_dtype, device=q_rope.device)
     if k_rope_out is None:
@@ -157,13 +163,26 @@ def rope_quantize_fp8(
         k_nope_out = torch.empty(k_nope.shape, dtype=quantize_dtype, device=k_nope.device)
     if q_rope.shape[0] > 0:
         DISPATCH.module(q_rope.device).rope_quantize(
-            Rope(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, bool(is_neox), quant_scale_q, quant_scale_kv,
-                 q_rope_out, k_rope_out, q_nope_out, k_nope_out)
-        )  # fmt: skip
+            Rope(
+                q_rope,
+                k_rope,
+                q_nope,
+                k_nope,
+                cos_sin_cache,
+                pos_ids,
+                bool(is_neox),
+                quant_scale_q,
+                quant_scale_kv,
+                q_rope_out,
+                k_rope_out,
+                q_nope_out,
+                k_nope_out,
+            )
+        )
     return q_rope_out, k_rope_out, q_nope_out, k_nope_out
 
 
-def _check_scale(scale, name: str) -> float:
+def _check_quant_scale(scale, name: str) -> float:
     """A finite Python float or int (a tensor would need a host read)."""
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         fail(TypeError, name, "a Python float", describe(scale))
@@ -226,14 +245,8 @@ def _check_tensors(inputs, outputs, cache, pos_ids, quantize_dtype, dtype_arg: s
                 x,
             )
         if x.device != device:
-            fail(
-                RuntimeError,
-                name,
-                f"a tensor on {device} (the device of `q_rope`)",
-                f"a tensor on {x.device}",
-            )
-        if shape[-1] > 1 and x.stride()[-1] != 1:
-            fail(RuntimeError, name, "a tensor whose last dimension is contiguous (stride 1)", x)
+            check_device(x, name, device, "q_rope", RuntimeError)
+        check_last_dim_contiguous(x, name, RuntimeError)
         if out is None:
             continue
         if out.dtype != quantize_dtype:
@@ -242,14 +255,8 @@ def _check_tensors(inputs, outputs, cache, pos_ids, quantize_dtype, dtype_arg: s
         if out.shape != shape:
             fail(RuntimeError, out_name, f"shape {shape} (the shape of `{name}`)", out)
         if out.device != device:
-            fail(
-                RuntimeError,
-                out_name,
-                f"a tensor on {device} (the device of `q_rope`)",
-                f"a tensor on {out.device}",
-            )
-        if shape[-1] > 1 and out.stride()[-1] != 1:
-            fail(RuntimeError, out_name, "a tensor whose last dimension is contiguous (stride 1)", out)
+            check_device(out, out_name, device, "q_rope", RuntimeError)
+        check_last_dim_contiguous(out, out_name, RuntimeError)
     if rope_dim % 2:
         fail(RuntimeError, "q_rope", "an even rope_dim", f"rope_dim {rope_dim}")
     if cache.dtype not in _CACHE_DTYPES:
@@ -268,21 +275,11 @@ def _check_tensors(inputs, outputs, cache, pos_ids, quantize_dtype, dtype_arg: s
             cache,
         )
     if cache.device != device:
-        fail(
-            RuntimeError,
-            "cos_sin_cache",
-            f"a tensor on {device} (the device of `q_rope`)",
-            f"a tensor on {cache.device}",
-        )
+        check_device(cache, "cos_sin_cache", device, "q_rope", RuntimeError)
     if pos_ids.dtype not in _POS_DTYPES or pos_ids.shape != (nnz,) or not pos_ids.is_contiguous():
         fail(RuntimeError, "pos_ids", f"a contiguous int32 or int64 tensor of shape ({nnz},)", pos_ids)
     if pos_ids.device != device:
-        fail(
-            RuntimeError,
-            "pos_ids",
-            f"a tensor on {device} (the device of `q_rope`)",
-            f"a tensor on {pos_ids.device}",
-        )
+        check_device(pos_ids, "pos_ids", device, "q_rope", RuntimeError)
 
 
 @flashinfer_api

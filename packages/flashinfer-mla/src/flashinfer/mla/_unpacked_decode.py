@@ -20,6 +20,14 @@ from ._metadata import check_metadata
 __all__ = ["check"]
 
 _INT32 = torch.int32
+_OPTIONAL_TENSORS = (
+    "seq_lens",
+    "out",
+    "lse",
+    "multi_ctas_kv_counter_buffer",
+    "cum_seq_lens_q",
+    "sparse_mla_top_k_lens",
+)
 
 
 def check(options: DecodeOptions) -> tuple[Decode | None, object]:
@@ -32,11 +40,12 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         is nothing to compute) and what the public function returns (``out``, or ``(out, lse)``
         with ``return_lse``).
     """
-    (
-        query, kv_cache, workspace, kv_lora_rank, rope_dim, block_tables, seq_lens, topk, out, bmm1_scale,
-        bmm2_scale, sinks, skip_softmax, uses_shared_paged_kv_idx, lse, return_lse, _, cum_seq_lens_q,
-        counter_buffer, topk_lens, metadata,
-    ) = options  # fmt: skip
+    o = options
+    query, kv_cache, workspace, block_tables = o.query, o.kv_cache, o.workspace_buffer, o.block_tables
+    kv_lora_rank, rope_dim, topk = o.kv_lora_rank, o.qk_rope_head_dim, o.sparse_mla_top_k
+    seq_lens, topk_lens, cum_seq_lens_q = o.seq_lens, o.sparse_mla_top_k_lens, o.cum_seq_lens_q
+    out, lse, sinks, metadata = o.out, o.lse, o.sinks, o.metadata
+    counter_buffer, skip_softmax = o.multi_ctas_kv_counter_buffer, o.skip_softmax_threshold_scale_factor
     # ---- options, in FlashInfer's order
     if (kv_lora_rank, rope_dim) not in _checks.MLA_DIMS:
         raise ValueError(
@@ -56,7 +65,7 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         raise RuntimeError(f"SparseMlaTopK must be a multiple of 4, got sparse_mla_top_k={topk}")
     if sparse and skip_softmax is not None:
         raise ValueError("skip_softmax is not supported for sparse MLA")
-    if not uses_shared_paged_kv_idx:
+    if not o.uses_shared_paged_kv_idx:
         raise NotImplementedError(
             "uses_shared_paged_kv_idx=False (separate K and V page tables) is not served by this build; "
             "MLA reads K and V from the same cache rows, pass one shared page table"
@@ -68,8 +77,8 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         q_shape = query.shape
         _checks.check_query_and_cache(query, q_shape, kv_cache, kv_lora_rank, rope_dim, compact, sparse)
         device = query.device
-        bmm1 = _checks.check_scale(bmm1_scale, "bmm1_scale", device)
-        bmm2 = _checks.check_scale(bmm2_scale, "bmm2_scale", device)
+        bmm1 = _checks.check_decode_scale(o.bmm1_scale, "bmm1_scale", device)
+        bmm2 = _checks.check_decode_scale(o.bmm2_scale, "bmm2_scale", device)
         if seq_lens is None:
             expected = "an int32 [batch] tensor (seq_lens is required by every backend)"
             fail(ValueError, "seq_lens", expected, "None")
@@ -100,7 +109,9 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         if metadata is not None:
             check_metadata(metadata, rows, q_len, heads, topk, device)
         if out is not None:
-            out4 = _checks.check_out(out, out_shape, query, kv_cache, accept_3d=q_len == 1 and not compact)
+            out4 = _checks.check_decode_out(
+                out, out_shape, query, kv_cache, accept_3d=q_len == 1 and not compact
+            )
         if lse is not None:
             _checks.check_lse(lse, rows * q_len, q_len, heads, device)
     except AttributeError:
@@ -112,9 +123,9 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         out = out4 = torch.empty(out_shape, dtype=torch.bfloat16, device=device)
     if compact:
         out4 = out4.view(rows, q_len, heads, kv_lora_rank)
-    if lse is None and return_lse:
+    if lse is None and o.return_lse:
         lse = torch.empty(rows * q_len, heads, dtype=torch.float32, device=device)
-    result = (out, lse) if return_lse else out
+    result = (out, lse) if o.return_lse else out
     if rows * q_len * heads == 0:
         return None, result
 
@@ -150,13 +161,19 @@ def _name_non_tensor(options: DecodeOptions) -> None:
     """Raise ``ValueError`` naming the first argument that should be a tensor and is not."""
     o = options
     require_tensors(
-        ValueError, query=o.query, kv_cache=o.kv_cache, workspace_buffer=o.workspace_buffer,
-        block_tables=o.block_tables, seq_lens=o.seq_lens, out=o.out, lse=o.lse,
-        multi_ctas_kv_counter_buffer=o.multi_ctas_kv_counter_buffer, cum_seq_lens_q=o.cum_seq_lens_q,
+        ValueError,
+        query=o.query,
+        kv_cache=o.kv_cache,
+        workspace_buffer=o.workspace_buffer,
+        block_tables=o.block_tables,
+        seq_lens=o.seq_lens,
+        out=o.out,
+        lse=o.lse,
+        multi_ctas_kv_counter_buffer=o.multi_ctas_kv_counter_buffer,
+        cum_seq_lens_q=o.cum_seq_lens_q,
         sparse_mla_top_k_lens=o.sparse_mla_top_k_lens,
-        optional=("workspace_buffer", "block_tables", "seq_lens", "out", "lse", "multi_ctas_kv_counter_buffer",
-                  "cum_seq_lens_q", "sparse_mla_top_k_lens"),
-    )  # fmt: skip
+        optional=_OPTIONAL_TENSORS,
+    )
 
 
 def _compact_rows(seq_lens: torch.Tensor, cum_seq_lens_q: torch.Tensor, total_q: int):

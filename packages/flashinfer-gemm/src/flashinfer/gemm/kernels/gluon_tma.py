@@ -60,9 +60,10 @@ def box_layout(rows: int):
 
 
 def tma_descriptor(base, shape, strides, block_shape, layout) -> TensorDescriptor:
-    """A host TMA descriptor, built without ``TensorDescriptor``'s checks (about 13 us of host time
-    a descriptor): the callers have checked what TMA needs (16-byte aligned base and strides,
-    unit last stride; ``flashinfer.gemm._cuda``). The compiled launcher encodes it per launch."""
+    """A host TMA descriptor, built without ``TensorDescriptor``'s checks (a descriptor is built
+    on every call, and those checks would add their host time to each): the callers have checked
+    what TMA needs (16-byte aligned base and strides, unit last stride; ``flashinfer.gemm._cuda``).
+    The compiled launcher encodes it per launch."""
     descriptor = object.__new__(TensorDescriptor)
     descriptor.__dict__.update(
         base=base, shape=shape, strides=strides, block_shape=block_shape, layout=layout, padding="zero"

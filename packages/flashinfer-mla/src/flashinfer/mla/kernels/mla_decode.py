@@ -24,9 +24,9 @@ rows of ``flashinfer.mla._packed_cache`` (uint8: 512 e4m3 latent values, 4 float
 bf16 RoPE values) and the query is bf16. Each latent half is loaded as FP8 codes, multiplied by
 its two 128-value blocks' float32 scales and rounded to bf16 in registers, then serves both the
 QK^T and the PV dot (FlashMLA's scheme: no dequantized copy of the cache ever exists); RoPE
-values are loaded as bf16. The launch also sets ``LENGTH_MODE = 1`` (``lengths[b * q_len + t]``
-per query token) or ``2`` (no lengths: the whole list) instead of the causal ``0``, and
-``SINK_IN_LSE``: the LSE is ``log2(sum_j 2^s_j + 2^sink)``, ``-inf`` for a token with no key.
+values are loaded as bf16. The launch also sets ``LENGTH_MODE`` to :attr:`Lengths.PER_TOKEN`
+(``lengths[b * q_len + t]`` per query token) or :attr:`Lengths.ALL` (no lengths: the whole
+list) instead of :attr:`Lengths.CAUSAL`, and ``SINK_IN_LSE``: the LSE is ``log2(sum_j 2^s_j + 2^sink)``, ``-inf`` for a token with no key.
 These three constexprs and :func:`_packed_latent_half` are all a sibling kernel needs to mirror.
 
 Math: ``s_j = bmm1 * <q, K_j>`` in the exp2 domain (``bmm1 * log2(e)``), online softmax over
@@ -48,6 +48,7 @@ normalized fp32 partial output and its LSE to the workspace and the combine kern
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 import triton
 import triton.language as tl
@@ -59,6 +60,20 @@ from .mla_decode_shared import KeyRows, SplitPlan, host_args, launch_combine, ml
 
 # globals read inside kernels must be constexpr
 LOG2E = tl.constexpr(constants.LOG2E)
+
+
+class Lengths(enum.IntEnum):
+    """What ``seq_lens`` means to the kernel (its ``LENGTH_MODE``): how many list entries token
+    ``t`` of request ``b`` considers (at most the list width)."""
+
+    CAUSAL = 0  # FlashInfer: the request's KV length, shifted for earlier tokens
+    PER_TOKEN = 1  # one length per query token, ``seq_lens[b * q_len + t]``
+    ALL = 2  # the whole list; ``seq_lens`` is never read
+
+
+# the kernel's names for them (a jitted function reads module globals only as constexprs)
+_CAUSAL = tl.constexpr(Lengths.CAUSAL.value)
+_PER_TOKEN = tl.constexpr(Lengths.PER_TOKEN.value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,11 +223,11 @@ def mla_decode_kernel(
     token = row % q_len
 
     # this token's list length, cut into num_splits chunks of whole BLOCK_N steps
-    if LENGTH_MODE == 0:  # FlashInfer: the request's KV length, shifted for earlier tokens
+    if LENGTH_MODE == _CAUSAL:
         n = tl.load(seq_lens_ptr + batch) - (q_len - 1 - token)
-    elif LENGTH_MODE == 1:  # one length per query token
+    elif LENGTH_MODE == _PER_TOKEN:
         n = tl.load(seq_lens_ptr + row)
-    else:
+    else:  # Lengths.ALL
         n = list_width
     n = tl.maximum(tl.minimum(n, list_width), 0)
     chunk = tl.cdiv(tl.cdiv(n, num_splits), BLOCK_N) * BLOCK_N
@@ -370,7 +385,9 @@ _DECODE = FastLaunch(mla_decode_kernel)
 _COMBINE = FastLaunch(mla_combine_kernel)
 
 
-def mla_decode(call, rows: KeyRows, plan=None, *, packed: bool = False, length_mode: int = 0) -> None:
+def mla_decode(
+    call, rows: KeyRows, plan=None, *, packed: bool = False, lengths: Lengths = Lengths.CAUSAL
+) -> None:
     """Launch the decode kernel (and the combine when split) on a validated call.
 
     Parameters
@@ -385,9 +402,10 @@ def mla_decode(call, rows: KeyRows, plan=None, *, packed: bool = False, length_m
     packed : bool
         ``call.kv_cache`` holds the 656-byte packed rows (bf16 query, ``bmm2_scale`` 1.0); the
         LSE then includes the sinks and is ``-inf`` for an empty row.
-    length_mode : int
-        How many list entries token ``t`` of request ``b`` considers: 0 ``seq_lens[b] - (q_len - 1
-        - t)``, 1 ``seq_lens[b * q_len + t]``, 2 all of them (``seq_lens`` may be None).
+    lengths : Lengths
+        What ``call.seq_lens`` means: ``CAUSAL`` ``seq_lens[b] - (q_len - 1 - t)`` entries for
+        token ``t`` of request ``b``, ``PER_TOKEN`` ``seq_lens[b * q_len + t]``, ``ALL`` every
+        entry (``seq_lens`` may be None).
     """
     query, table, out = call.query, call.table, call.out
     plan = call.plan if plan is None else plan
@@ -411,7 +429,7 @@ def mla_decode(call, rows: KeyRows, plan=None, *, packed: bool = False, length_m
         BLOCK_H=config.block_h, BLOCK_N=config.block_n, SPLIT=num_splits > 1,
         HAS_SINKS=call.sinks is not None, HAS_LSE=call.lse is not None,
         SCALE1_ON_DEVICE=host.scale1_on_device, SCALE2_ON_DEVICE=host.scale2_on_device,
-        UPCAST_QK=fp8 and config.upcast_qk, PACKED=packed, LENGTH_MODE=length_mode, SINK_IN_LSE=packed,
+        UPCAST_QK=fp8 and config.upcast_qk, PACKED=packed, LENGTH_MODE=lengths.value, SINK_IN_LSE=packed,
         SLOT_PAGE=rows.slot_page, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if num_splits > 1:

@@ -72,14 +72,10 @@ class GluonDecodeConfig:
         Keys a stage holds.
     stages : int
         Depth of the gather ring.
-    ablate : int
-        Timing experiments only (``benchmarks/decode_tiers.py``): 1 skips the copies, 2 the
-        attention math. Results are then wrong.
     """
 
     block_n: int
     stages: int
-    ablate: int = 0
 
 
 # Shared memory (of 227 KB): FP8 holds the query (36 KB), two 36 KB stages, the two fp16 halves
@@ -130,7 +126,7 @@ def _gather_partition(
     kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
     lat_ring, rope_ring, bias_ring, ready, empty,
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, ABLATE: gl.constexpr, SLOT_PAGE: gl.constexpr,
+    STAGES: gl.constexpr, SLOT_PAGE: gl.constexpr,
 ):  # fmt: skip
     # 16-byte copies of the latent part; the rope part in eighths (8 bytes a lane for FP8), so
     # that a lane's rows are the same in both layouts
@@ -155,17 +151,16 @@ def _gather_partition(
         )  # fmt: skip
         # a stage is free once both attention warpgroups released its previous use
         mbarrier.wait(empty.index(stage), ((block // STAGES) & 1) ^ 1)
-        if ABLATE != 1:
-            async_copy.async_copy_global_to_shared(
-                lat_ring.index(stage), kv_ptr + offs[:, None] + lat_cols[None, :], mask=valid[:, None]
-            )
-            rope_offs = gl.convert_layout(offs, gl.SliceLayout(1, rope_layout))
-            rope_valid = gl.convert_layout(valid, gl.SliceLayout(1, rope_layout))
-            async_copy.async_copy_global_to_shared(
-                rope_ring.index(stage),
-                kv_ptr + rope_offs[:, None] + rope_cols[None, :],
-                mask=rope_valid[:, None],
-            )
+        async_copy.async_copy_global_to_shared(
+            lat_ring.index(stage), kv_ptr + offs[:, None] + lat_cols[None, :], mask=valid[:, None]
+        )
+        rope_offs = gl.convert_layout(offs, gl.SliceLayout(1, rope_layout))
+        rope_valid = gl.convert_layout(valid, gl.SliceLayout(1, rope_layout))
+        async_copy.async_copy_global_to_shared(
+            rope_ring.index(stage),
+            kv_ptr + rope_offs[:, None] + rope_cols[None, :],
+            mask=rope_valid[:, None],
+        )
         bias_ring.index(stage).store(gl.where(valid, 0.0, float("-inf")))
         # each gather thread arrives when its own copies have landed; one more arrival (after
         # the partition's barrier) publishes the bias row
@@ -199,7 +194,7 @@ def _score_partition(
     start, end, scale_log2, sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh,
     part_ptr, part_lse_ptr, head0, num_heads,
     D_V: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
-    HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr, ABLATE: gl.constexpr,
+    HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr,
 ):  # fmt: skip
     FP8: gl.constexpr = q_lat.dtype.primitive_bitwidth == 8
     P_PARTS: gl.constexpr = p_ring.shape[0] // 2  # the kernel's choice: parts of P per buffer
@@ -223,51 +218,48 @@ def _score_partition(
         stage = block % STAGES
         buf = block % 2
         mbarrier.wait(ready.index(stage), (block // STAGES) & 1)
-        if ABLATE == 2:
+        bias = bias_ring.index(stage).load(gl.SliceLayout(0, s_layout))
+        # the rows were written by cp.async (generic proxy); wgmma reads through the async proxy
+        fence_async_shared()
+        lat = lat_ring.index(stage)
+        s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma(q_rope, rope_ring.index(stage).permute((1, 0)), s, is_async=True)
+        if FP8:  # this half of V, on the CUDA cores beside Q K^T
+            _copy_v_half(lat.slice(0, D_HALF, dim=1), v16, BLOCK_N)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        if FP8:
             mbarrier.arrive(empty.index(stage), count=1)
+
+        # online softmax with a lazily raised maximum; a row with nothing seen yet keeps -inf
+        s = s * scale_log2 + bias[None, :]
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        raise_max = gl.max((m_new > m_i + RESCALE_LOG2).to(gl.int32), 0) > 0
+        alpha = gl.full([BLOCK_H], 1.0, gl.float32, layout=row_s)
+        if raise_max:
+            alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
+            m_i = m_new
+            l_i = l_i * alpha
+        p = gl.exp2(s - gl.where(m_i == float("-inf"), 0.0, m_i)[:, None])
+        l_i += gl.sum(p, 1)
+
+        # hand P (and the rescale factor, when the maximum rose) to the output warpgroup
+        mbarrier.wait(p_free.index(buf), ((block // 2) & 1) ^ 1)
+        p_hi = p.to(p_ring.dtype)
+        p_ring.index(buf * P_PARTS).store(p_hi)
+        if P_PARTS == 2:  # what bf16 rounded off, as a second bf16 tile
+            p_ring.index(buf * P_PARTS + 1).store((p - p_hi.to(gl.float32)).to(p_ring.dtype))
+        alpha_ring.index(buf).store(gl.where(raise_max, alpha, -1.0))
+        fence_async_shared()
+        mbarrier.arrive(p_ready.index(buf), count=1)
+
+        if raise_max:
+            acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+        if FP8:
+            acc = _p_times_v(p_ring, buf, v16, acc, P_PARTS)
         else:
-            bias = bias_ring.index(stage).load(gl.SliceLayout(0, s_layout))
-            # the rows were written by cp.async (generic proxy); wgmma reads through the async proxy
-            fence_async_shared()
-            lat = lat_ring.index(stage)
-            s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            s = warpgroup_mma(q_rope, rope_ring.index(stage).permute((1, 0)), s, is_async=True)
-            if FP8:  # this half of V, on the CUDA cores beside Q K^T
-                _copy_v_half(lat.slice(0, D_HALF, dim=1), v16, BLOCK_N)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-            if FP8:
-                mbarrier.arrive(empty.index(stage), count=1)
-
-            # online softmax with a lazily raised maximum; a row with nothing seen yet keeps -inf
-            s = s * scale_log2 + bias[None, :]
-            m_new = gl.maximum(m_i, gl.max(s, 1))
-            raise_max = gl.max((m_new > m_i + RESCALE_LOG2).to(gl.int32), 0) > 0
-            alpha = gl.full([BLOCK_H], 1.0, gl.float32, layout=row_s)
-            if raise_max:
-                alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
-                m_i = m_new
-                l_i = l_i * alpha
-            p = gl.exp2(s - gl.where(m_i == float("-inf"), 0.0, m_i)[:, None])
-            l_i += gl.sum(p, 1)
-
-            # hand P (and the rescale factor, when the maximum rose) to the output warpgroup
-            mbarrier.wait(p_free.index(buf), ((block // 2) & 1) ^ 1)
-            p_hi = p.to(p_ring.dtype)
-            p_ring.index(buf * P_PARTS).store(p_hi)
-            if P_PARTS == 2:  # what bf16 rounded off, as a second bf16 tile
-                p_ring.index(buf * P_PARTS + 1).store((p - p_hi.to(gl.float32)).to(p_ring.dtype))
-            alpha_ring.index(buf).store(gl.where(raise_max, alpha, -1.0))
-            fence_async_shared()
-            mbarrier.arrive(p_ready.index(buf), count=1)
-
-            if raise_max:
-                acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-            if FP8:
-                acc = _p_times_v(p_ring, buf, v16, acc, P_PARTS)
-            else:
-                acc = _p_times_v(p_ring, buf, lat.slice(0, D_HALF, dim=1), acc, P_PARTS)
-            if not FP8:
-                mbarrier.arrive(empty.index(stage), count=1)  # P V has read the BF16 stage
+            acc = _p_times_v(p_ring, buf, lat.slice(0, D_HALF, dim=1), acc, P_PARTS)
+        if not FP8:
+            mbarrier.arrive(empty.index(stage), count=1)  # P V has read the BF16 stage
 
     # epilogue: the row scales for both halves, this half's columns, and the LSE
     seen = l_i > 0.0
@@ -316,7 +308,6 @@ def _output_partition(
     lat_ring, v16, p_ring, alpha_ring, ready, empty, p_ready, p_free, o_scale_smem, done,
     start, end, out_row, stride_oh, part_ptr, head0, num_heads,
     D_V: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
-    ABLATE: gl.constexpr,
 ):  # fmt: skip
     FP8: gl.constexpr = lat_ring.dtype.primitive_bitwidth == 8
     P_PARTS: gl.constexpr = p_ring.shape[0] // 2
@@ -332,25 +323,22 @@ def _output_partition(
         stage = block % STAGES
         buf = block % 2
         mbarrier.wait(ready.index(stage), (block // STAGES) & 1)
-        if ABLATE == 2:
+        v_half = lat_ring.index(stage).slice(D_HALF, D_HALF, dim=1)
+        if FP8:
+            _copy_v_half(v_half, v16, BLOCK_N)
             mbarrier.arrive(empty.index(stage), count=1)
+        mbarrier.wait(p_ready.index(buf), (block // 2) & 1)
+        alpha = alpha_ring.index(buf).load(row_o)
+        if gl.max(alpha, 0) >= 0.0:  # the score warpgroup raised the maximum
+            acc = acc * alpha[:, None]
+        fence_async_shared()
+        if FP8:
+            acc = _p_times_v(p_ring, buf, v16, acc, P_PARTS)
         else:
-            v_half = lat_ring.index(stage).slice(D_HALF, D_HALF, dim=1)
-            if FP8:
-                _copy_v_half(v_half, v16, BLOCK_N)
-                mbarrier.arrive(empty.index(stage), count=1)
-            mbarrier.wait(p_ready.index(buf), (block // 2) & 1)
-            alpha = alpha_ring.index(buf).load(row_o)
-            if gl.max(alpha, 0) >= 0.0:  # the score warpgroup raised the maximum
-                acc = acc * alpha[:, None]
-            fence_async_shared()
-            if FP8:
-                acc = _p_times_v(p_ring, buf, v16, acc, P_PARTS)
-            else:
-                acc = _p_times_v(p_ring, buf, v_half, acc, P_PARTS)
-            mbarrier.arrive(p_free.index(buf), count=1)
-            if not FP8:
-                mbarrier.arrive(empty.index(stage), count=1)
+            acc = _p_times_v(p_ring, buf, v_half, acc, P_PARTS)
+        mbarrier.arrive(p_free.index(buf), count=1)
+        if not FP8:
+            mbarrier.arrive(empty.index(stage), count=1)
 
     mbarrier.wait(done, 0)
     _store_half(acc, o_scale_smem.load(row_o), out_row, stride_oh, part_ptr, head0, num_heads, 1, D_V, SPLIT)
@@ -372,8 +360,7 @@ def mla_decode_gluon_kernel(
     # meta-parameters
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SPLIT: gl.constexpr, HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr,
-    SCALE1_ON_DEVICE: gl.constexpr, SCALE2_ON_DEVICE: gl.constexpr, ABLATE: gl.constexpr = 0,
-    SLOT_PAGE: gl.constexpr = 0,
+    SCALE1_ON_DEVICE: gl.constexpr, SCALE2_ON_DEVICE: gl.constexpr, SLOT_PAGE: gl.constexpr = 0,
 ):  # fmt: skip
     # program -> (head block, split, query token), as in mla_decode_kernel
     pid = gl.program_id(0)
@@ -472,19 +459,19 @@ def mla_decode_gluon_kernel(
                  p_ready, p_free, o_scale_smem, done,
                  start, end, scale_log2, sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh,
                  part_ptr, part_lse_ptr, head0, num_heads,
-                 D_V, BLOCK_N, STAGES, SPLIT, HAS_SINKS, HAS_LSE, ABLATE),
+                 D_V, BLOCK_N, STAGES, SPLIT, HAS_SINKS, HAS_LSE),
             ),
             (
                 _output_partition,
                 (lat_ring, v16.index(1), p_ring, alpha_ring, ready, empty, p_ready, p_free, o_scale_smem, done,
                  start, end, out_row, stride_oh, part_ptr, head0, num_heads,
-                 D_V, BLOCK_N, STAGES, SPLIT, ABLATE),
+                 D_V, BLOCK_N, STAGES, SPLIT),
             ),
             (
                 _gather_partition,
                 (kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
                  lat_ring, rope_ring, bias_ring, ready, empty,
-                 D_V, D_ROPE, PAGE_SIZE, BLOCK_N, STAGES, ABLATE, SLOT_PAGE),
+                 D_V, D_ROPE, PAGE_SIZE, BLOCK_N, STAGES, SLOT_PAGE),
             ),
         ],
         [4, GATHER_WARPS],
@@ -527,7 +514,7 @@ def mla_decode(call, rows: KeyRows, plan=None) -> None:
         *out.stride()[:3], *host.lse_strides,
         D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=rows.page_size, BLOCK_N=config.block_n, STAGES=config.stages,
         SPLIT=num_splits > 1, HAS_SINKS=call.sinks is not None, HAS_LSE=call.lse is not None,
-        SCALE1_ON_DEVICE=host.scale1_on_device, SCALE2_ON_DEVICE=host.scale2_on_device, ABLATE=config.ablate,
+        SCALE1_ON_DEVICE=host.scale1_on_device, SCALE2_ON_DEVICE=host.scale2_on_device,
         SLOT_PAGE=rows.slot_page, num_warps=4, maxnreg=168,
     )  # fmt: skip
     if num_splits > 1:

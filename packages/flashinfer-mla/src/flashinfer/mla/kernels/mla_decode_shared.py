@@ -118,7 +118,7 @@ class HostArgs(NamedTuple):
     scale1_on_device: bool
     scale2: float | torch.Tensor
     scale2_on_device: bool
-    seq_lens: torch.Tensor  # any int32 tensor where the kernel never reads it (length_mode 2)
+    seq_lens: torch.Tensor  # any int32 tensor where the kernel never reads it (``Lengths.ALL``)
     sinks: torch.Tensor  # ``seq_lens`` stands in when the call has no sinks (never read)
     lse: torch.Tensor  # ``out`` stands in when the call has no LSE (never written)
     lse_strides: tuple

@@ -137,7 +137,7 @@ class GluonGemmConfig:
 
 # Tiles (block_m, block_n, stages), sized to the 227 KB of shared memory. Large and grouped GEMMs
 # want the tile that moves the fewest bytes from L2 per FLOP: 128 x 256 (two 128-column halves a
-# warpgroup, 1.5 bytes a product-step; 1.11-1.18x the 128 x 128 tile on the H200's grouped MoE
+# warpgroup, 1.5 bytes a product-step; ahead of the 128 x 128 tile on the H200's grouped MoE
 # shapes, ``benchmarks/notes_gluon_gemm.md``) over 192 x 128 (three warpgroups, 1.67) and
 # 128 x 128 (2). 128-row tiles keep grouped tiles aligned to
 # DeepGEMM's 128-row groups; 128 x 64 fills the multiprocessors for mid-size m; 64-row tiles with
