@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from flashinfer._core.compile import custom_op
+from flashinfer._core.custom_ops import custom_op
 
 from ._bmm import bmm_bf16 as _eager_bmm_bf16
 from ._bmm import bmm_fp8 as _eager_bmm_fp8

@@ -10,14 +10,14 @@ the compiled graph runs.
 A custom op takes tensors, scalars, strings and lists only, so the decode's other arguments are
 flattened: a scale that may be a float or a tensor becomes both (one of them used), ``sinks``
 (a tensor, a list of one, or None) a list and its form, and the ``metadata=`` object a key of
-:func:`flashinfer._core.compile.remember` (-1 for None).
+:func:`flashinfer._core.custom_ops.remember` (-1 for None).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .._core.compile import custom_op, recall, remember
+from .._core.custom_ops import custom_op, recall, remember
 from ._decode import trtllm_batch_decode_with_kv_cache_mla as _eager_decode
 from ._rope import rope_quantize_fp8 as _eager_rope
 
@@ -75,7 +75,11 @@ def rope_quantize_fp8(
 _NO_SINKS, _SINKS_TENSOR, _SINKS_LIST = 0, 1, 2
 
 
-@custom_op("trtllm_batch_decode_with_kv_cache_mla", mutates_args=("workspace_buffer", "out", "lse"))
+# `workspace_buffer` is scratch no caller reads (partials written and combined inside one call, in
+# stream order), so it is not declared: as a mutated input, a 128-384 MiB buffer would be copied
+# wherever functionalization cannot write it in place, and CUDA-graph trees skip graphs that
+# mutate their inputs.
+@custom_op("trtllm_batch_decode_with_kv_cache_mla", mutates_args=("out", "lse"))
 def _decode(
     query: Tensor, kv_cache: Tensor, workspace_buffer: Tensor, qk_nope_head_dim: int, kv_lora_rank: int,
     qk_rope_head_dim: int, block_tables: Tensor, seq_lens: Tensor | None, max_seq_len: int, sparse_mla_top_k: int,
