@@ -285,6 +285,19 @@ def test_decode_metadata_passes_through_and_guards():
     assert counter.frame_count == 2
 
 
+def test_metadata_prepared_inside_a_compiled_function_is_refused_at_compile_time():
+    """Traced code cannot make a metadata object the compiled decode could be handed later."""
+    sample = sparse_sample("metadata", batch=2).build()
+    kwargs = sample.kwargs
+
+    def layer(**k):
+        metadata = flashinfer.decode.get_batch_decode_metadata_mla(k["query"], k["seq_lens"], 64)
+        return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(**k, metadata=metadata)
+
+    with pytest.raises(Exception, match="prepare the metadata outside the compiled function"):
+        torch.compile(layer, fullgraph=True, backend="aot_eager")(**kwargs)
+
+
 def test_errors_keep_their_type_and_message():
     """Validation runs inside the op when the compiled graph runs: the eager exception."""
     args, _ = _bmm_fp8_call(2)
