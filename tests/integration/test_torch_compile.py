@@ -20,12 +20,12 @@ import pytest
 import torch
 import torch._dynamo
 import torch._dynamo.testing
+from compile_checks import assert_identical, check_sample, copied, run_both
 from gemm_ops import OPS as GEMM_OPS
 from mla_ops import OPS as MLA_OPS
 from mla_ops import sparse_sample
 from optable import build
-from oracles import BF16, E4M3, poison
-from torch._inductor.compile_fx import compile_fx
+from oracles import BF16, E4M3
 
 import flashinfer
 import flashinfer.decode
@@ -80,86 +80,6 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-class Graphs:
-    """A ``torch.compile`` backend that keeps every graph Dynamo hands over, then runs Inductor."""
-
-    def __init__(self):
-        self.graphs = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return compile_fx(gm, example_inputs)
-
-    def flashinfer_nodes(self) -> list:
-        return [
-            node.target
-            for gm in self.graphs
-            for node in gm.graph.nodes
-            if node.op == "call_function" and getattr(node.target, "namespace", None) == "flashinfer"
-        ]
-
-    def other_calls(self) -> list:
-        """Calls besides the op and the allocation of outputs (``torch.empty``)."""
-        return [
-            node.target
-            for gm in self.graphs
-            for node in gm.graph.nodes
-            if node.op in ("call_function", "call_method")
-            and getattr(node.target, "namespace", None) != "flashinfer"
-            and node.target is not torch.empty
-        ]
-
-
-def _copied(args, kwargs):
-    """A deep copy of a call's arguments: every storage cloned once, so views keep their strides,
-    offsets and aliasing (outputs that are slices of one merged buffer stay so)."""
-    storages = {}
-
-    def copy(value):
-        if isinstance(value, (list, tuple)):
-            return type(value)(copy(v) for v in value)
-        if not isinstance(value, torch.Tensor):
-            return value
-        key = value.untyped_storage().data_ptr()
-        if key not in storages:
-            storages[key] = value.untyped_storage().clone()
-        fresh = torch.empty(0, dtype=value.dtype)
-        return fresh.set_(storages[key], value.storage_offset(), value.shape, value.stride())
-
-    return copy(tuple(args)), {k: copy(v) for k, v in kwargs.items()}
-
-
-def _bits(tensor: torch.Tensor) -> torch.Tensor:
-    """The bytes of ``tensor`` in logical order (NaN == NaN, -0 != 0)."""
-    return tensor.contiguous().flatten().view(torch.uint8)
-
-
-def _flat(result) -> tuple:
-    return result if isinstance(result, tuple) else (result,)
-
-
-def assert_identical(compiled, eager) -> None:
-    compiled, eager = _flat(compiled), _flat(eager)
-    assert len(compiled) == len(eager)
-    for i, (c, e) in enumerate(zip(compiled, eager)):
-        assert (c.shape, c.dtype, c.stride()) == (e.shape, e.dtype, e.stride()), i
-        assert torch.equal(_bits(c), _bits(e)), f"result {i} differs from the eager call"
-
-
-def run_both(fn, args, kwargs, outputs=()):
-    """``fn`` eagerly and compiled (fullgraph) on separate copies of the call, outputs poisoned
-    alike; returns (compiled result, eager result, the compiled call's kwargs, the backend)."""
-    backend = Graphs()
-    for name in outputs:
-        poison(kwargs[name])
-    eager_args, eager_kwargs = _copied(args, kwargs)
-    eager = fn(*eager_args, **eager_kwargs)
-    compiled_args, compiled_kwargs = _copied(args, kwargs)
-    compiled_fn = torch.compile(lambda *a, **k: fn(*a, **k), fullgraph=True, backend=backend)
-    compiled = compiled_fn(*compiled_args, **compiled_kwargs)
-    return compiled, eager, compiled_kwargs, backend
-
-
 @pytest.mark.parametrize("implementation, op, name", CASES, indirect=["implementation"])
 def test_op_is_one_node_and_bit_identical(implementation, op, name, seed):
     sample = build(op, name)
@@ -167,17 +87,11 @@ def test_op_is_one_node_and_bit_identical(implementation, op, name, seed):
         import mate
 
         mate.reset()
-    compiled, eager, compiled_kwargs, graphs = run_both(op.fn, sample.args, sample.kwargs, sample.outputs)
-    assert len(graphs.graphs) == 1, "a graph break"
-    assert len(graphs.flashinfer_nodes()) == 1, graphs.flashinfer_nodes()
-    assert graphs.other_calls() == []
-    assert_identical(compiled, eager)
-    returned = _flat(compiled)
-    for output in sample.outputs:  # caller buffers come back as the same objects
-        assert any(r is compiled_kwargs[output] for r in returned), output
+    check_sample(op, sample)
     if implementation == "mate":  # the op ran the MATE adapter: as many MATE calls as eagerly
-        calls = [name for name, _ in mate.CALLS]
-        assert calls and len(calls) % 2 == 0 and calls[: len(calls) // 2] == calls[len(calls) // 2 :]
+        called = [function for function, _ in mate.CALLS]
+        half = len(called) // 2
+        assert called and called[:half] == called[half:], called
 
 
 def test_every_public_op_has_a_compile_case():
@@ -232,7 +146,7 @@ def test_dynamic_batch_compiles_at_most_twice(fn, make, seed):
     compiled_fn = torch.compile(lambda *a, **k: fn(*a, **k), fullgraph=True, dynamic=True, backend=counter)
     for batch in (2, 3, 5, 8):
         args, kwargs = make(batch)
-        eager_args, eager_kwargs = _copied(args, kwargs)
+        eager_args, eager_kwargs = copied(args, kwargs)
         assert_identical(compiled_fn(*args, **kwargs), fn(*eager_args, **eager_kwargs))
     assert counter.frame_count <= 2, f"{counter.frame_count} compilations over 4 batch sizes"
 
