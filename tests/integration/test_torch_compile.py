@@ -12,6 +12,7 @@ op (output allocations aside). Nothing here runs on a GPU: the CUDA tiers are fo
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -236,3 +237,24 @@ def test_eager_calls_register_nothing():
         """
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_api_logging_logs_compiled_calls_when_they_run(tmp_path):
+    """``FLASHINFER_LOGLEVEL`` on: tracing skips the logging wrapper (Dynamo cannot trace it), the
+    op logs each call when the compiled graph runs."""
+    log = tmp_path / "api.log"
+    code = textwrap.dedent(
+        """
+        import torch
+        import flashinfer
+        A = torch.randn(1, 2, 64).to(torch.float8_e4m3fn)
+        B = torch.randn(1, 64, 8).to(torch.float8_e4m3fn)
+        one = torch.ones(())
+        fn = torch.compile(lambda *a: flashinfer.bmm_fp8(*a), fullgraph=True, backend="aot_eager")
+        for _ in range(2):
+            fn(A, B, one, one, torch.bfloat16)
+        """
+    )
+    env = {**os.environ, "FLASHINFER_LOGLEVEL": "1", "FLASHINFER_LOGDEST": str(log)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    assert log.read_text().count("FlashInfer API Call: bmm_fp8") == 2
