@@ -18,14 +18,17 @@ import gemm_ops
 import mla_ops
 import pytest
 import torch
+from compile_checks import assert_identical, check_sample
 from optable import (
     CUDA_SLACK,
     build,
+    cuda_implementations,
     cuda_sample_params,
     error_named,
     error_params,
     raises_before_any_write,
     run_sample,
+    to_device,
     use_tier,
 )
 
@@ -35,6 +38,9 @@ pytestmark = [
 ]
 
 OPS = gemm_ops.OPS + mla_ops.OPS
+FIRST_PER_TIER = [
+    pytest.param(impl, op, id=f"{impl}-{op.name}") for op in OPS for impl in cuda_implementations(op)
+]
 
 
 @pytest.mark.parametrize("implementation, op, name", cuda_sample_params(OPS))
@@ -50,3 +56,41 @@ def test_error_inputs(implementation, op, name, seed):
     """Upstream's exception type, a message naming the argument, nothing written before: on the
     GPU, where the checks of device placement, alignment and strides see device tensors."""
     raises_before_any_write(op, error_named(op, name), "cuda")
+
+
+@pytest.mark.parametrize("implementation, op", FIRST_PER_TIER)
+def test_compiled_call_is_one_node_and_bit_identical(implementation, op, seed, monkeypatch):
+    """``torch.compile(fullgraph=True)`` over one call: one ``flashinfer::`` node, the eager result
+    bit for bit, caller buffers returned as given (``tests/compile_checks.py``), per kernel tier."""
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("FP8 tensor cores need compute capability 8.9+")
+    use_tier(implementation, monkeypatch)
+    torch._dynamo.reset()
+    check_sample(op, to_device(build(op, op.samples()[0].name), "cuda"))
+
+
+@pytest.mark.parametrize("implementation, op", FIRST_PER_TIER)
+def test_reduce_overhead_replays_the_eager_result(implementation, op, seed, monkeypatch):
+    """``mode="reduce-overhead"`` (Inductor's CUDA graphs): the op is captured and replayed, and
+    every replay gives the eager result bit for bit. Outputs the op allocates come from the graph
+    pool (the call's caller buffers are dropped: a graph that mutates its inputs is not captured)."""
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("FP8 tensor cores need compute capability 8.9+")
+    use_tier(implementation, monkeypatch)
+    torch._dynamo.reset()
+    sample = to_device(build(op, op.samples()[0].name), "cuda")
+    kwargs = {k: v for k, v in sample.kwargs.items() if k not in sample.outputs}
+    valid = sample.extra.get("valid")  # rows the op never writes hold whatever the pool held
+
+    def written(result):
+        results = result if isinstance(result, tuple) else (result,)
+        if valid is None:
+            return tuple(r.clone() for r in results)
+        return tuple(torch.where(valid.to(r.device), r, torch.zeros_like(r)) for r in results)
+
+    eager = written(op.fn(*sample.args, **kwargs))
+    compiled_fn = torch.compile(lambda *a, **k: op.fn(*a, **k), fullgraph=True, mode="reduce-overhead")
+    for _ in range(3):  # warm-up, capture, replay
+        result = written(compiled_fn(*sample.args, **kwargs))
+        torch.cuda.synchronize()
+        assert_identical(result, eager)

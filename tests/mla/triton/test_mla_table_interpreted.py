@@ -6,6 +6,9 @@ routed to ``flashinfer.mla._cuda`` with its Triton kernels under the interpreter
 from __future__ import annotations
 
 import pytest
+import torch
+import torch._dynamo
+from compile_checks import check_sample
 from mla_ops import OPS
 from optable import build, run_sample, sample_params
 
@@ -24,3 +27,15 @@ def interpreted_cuda(kernels, monkeypatch):
 )
 def test_matches_oracle_with_poisoned_outputs(interpreted_cuda, implementation, op, name, seed):
     run_sample(op, build(op, name), tensor_cores=True)
+
+
+@pytest.mark.parametrize(
+    "implementation, op",
+    [pytest.param("cuda", op, id=f"cuda-{op.name}") for op in OPS if op.interpreted],
+)
+def test_compiled_call_is_one_node_and_bit_identical(interpreted_cuda, implementation, op, seed):
+    """The op's first sample under ``torch.compile(fullgraph=True)``: the custom op runs the CUDA
+    implementation's Triton launches when the graph runs (``tests/integration/test_torch_compile.py``
+    has the reference and the MATE stand-in)."""
+    torch._dynamo.reset()
+    check_sample(op, build(op, op.samples()[0].name))

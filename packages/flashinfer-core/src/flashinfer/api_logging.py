@@ -38,6 +38,8 @@ from datetime import datetime
 
 import torch
 
+from ._core.compile import is_compiling
+
 __all__ = ["LOG_DEST_ENV", "LOG_LEVEL_ENV", "flashinfer_api"]
 
 LOG_LEVEL_ENV = "FLASHINFER_LOGLEVEL"
@@ -205,6 +207,10 @@ def flashinfer_api(fn):
 
     @functools.wraps(fn)
     def logged(*args, **kwargs):
+        if is_compiling():
+            # Dynamo cannot trace the logging; the custom op the call becomes runs this wrapper
+            # again when the compiled graph runs, and logs then
+            return fn(*args, **kwargs)
         try:
             if level < 3:
                 _logger.debug("%s FlashInfer API Call: %s", _timestamp(), name)

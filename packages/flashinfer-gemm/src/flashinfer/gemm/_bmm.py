@@ -16,6 +16,7 @@ from flashinfer._core.checks import (
     fail,
     require_tensors,
 )
+from flashinfer._core.compile import is_compiling
 from flashinfer.api_logging import flashinfer_api
 
 from ._args import Bmm
@@ -110,6 +111,10 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
     >>> bmm_bf16(A, B, out_dtype=torch.float32).dtype
     torch.float32
     """
+    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
+        from . import _compile
+
+        return _compile.bmm_bf16(A, B, out, out_dtype, backend, skip_check)
     try:
         a_shape, b_shape, device = A.shape, B.shape, A.device
         if not skip_check:
@@ -228,6 +233,10 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
     if isinstance(out, str):
         # vLLM's flashinfer_scaled_fp8_mm passes the backend name positionally in `out`'s slot.
         out, backend = None, out
+    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
+        from . import _compile
+
+        return _compile.bmm_fp8(A, B, A_scale, B_scale, dtype, out, backend, skip_check)
     try:
         a_shape, b_shape, device = A.shape, B.shape, A.device
         if not skip_check:

@@ -16,6 +16,7 @@ from flashinfer._core.checks import (
     fail,
     require_tensors,
 )
+from flashinfer._core.compile import is_compiling
 from flashinfer.api_logging import flashinfer_api
 
 from ._args import GroupedContiguous, GroupedMasked
@@ -145,6 +146,12 @@ def group_deepgemm_fp8_nt_groupwise(
     >>> out.shape
     torch.Size([256, 128])
     """
+    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
+        from . import _compile
+
+        return _compile.group_deepgemm_fp8_nt_groupwise(
+            a, b, a_scale, b_scale, m_indices, scale_granularity_mnk, out, out_dtype, skip_check
+        )
     try:
         a_shape, b_shape = a.shape, b.shape
         dtype = out.dtype if out is not None else (out_dtype or torch.bfloat16)
@@ -258,6 +265,12 @@ def batch_deepgemm_fp8_nt_groupwise(
     >>> bool(out[0, 10:].eq(0).all())
     True
     """
+    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
+        from . import _compile
+
+        return _compile.batch_deepgemm_fp8_nt_groupwise(
+            a, b, a_scale, b_scale, masked_m, expected_m, scale_granularity_mnk, out, out_dtype, skip_check
+        )
     try:
         a_shape, b_shape = a.shape, b.shape
         dtype = out.dtype if out is not None else (out_dtype or torch.bfloat16)

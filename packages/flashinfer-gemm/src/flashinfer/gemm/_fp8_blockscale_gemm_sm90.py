@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from flashinfer._core.checks import check_device, check_k_major, check_no_overlap, fail, require_tensors
+from flashinfer._core.compile import is_compiling
 from flashinfer.api_logging import flashinfer_api
 from flashinfer.utils import ceil_div
 
@@ -203,6 +204,10 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
     >>> fp8_blockscale_gemm_sm90(x, w_fp8, None, torch.ones(1, 2)).shape
     torch.Size([4, 128])
     """
+    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
+        from . import _compile
+
+        return _compile.fp8_blockscale_gemm_sm90(input, weight, input_scale, weight_scale, out, out_dtype)
     try:
         M, N, K = _check_shapes(input.shape, weight.shape)
         input_dtype, weight_dtype, device = input.dtype, weight.dtype, input.device

@@ -20,6 +20,7 @@ from flashinfer._core.checks import (
     fail,
     require_tensors,
 )
+from flashinfer._core.compile import is_compiling
 from flashinfer._core.constants import E4M3_MAX, OUTPUT_SCALE_BLOCK, OUTPUT_SCALE_FLOOR
 from flashinfer.api_logging import flashinfer_api
 
@@ -178,6 +179,13 @@ def gemm_fp8_nt_groupwise(
     >>> gemm_fp8_nt_groupwise(a, b, a_scale, b_scale, "K", backend="mubin", output_scale=out_scale).dtype
     torch.float8_e4m3fn
     """
+    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
+        from . import _compile
+
+        return _compile.gemm_fp8_nt_groupwise(
+            a, b, a_scale, b_scale, scale_major_mode, mma_sm, scale_granularity_mnk, out, out_dtype, backend,
+            output_scale, skip_check,
+        )  # fmt: skip
     try:
         a_shape, b_shape, device = a.shape, b.shape, a.device
         granularity = tuple(scale_granularity_mnk)

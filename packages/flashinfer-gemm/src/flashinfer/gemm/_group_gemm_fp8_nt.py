@@ -13,6 +13,7 @@ from flashinfer._core.checks import (
     fail,
     require_tensors,
 )
+from flashinfer._core.compile import is_compiling
 from flashinfer.api_logging import flashinfer_api
 
 from ._args import GroupedSegments
@@ -126,6 +127,13 @@ def group_gemm_fp8_nt_groupwise(
     >>> group_gemm_fp8_nt_groupwise(a, b, a_scale, b_scale, m_indptr).shape
     torch.Size([12, 128])
     """
+    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
+        from . import _compile
+
+        return _compile.group_gemm_fp8_nt_groupwise(
+            a, b, a_scale, b_scale, m_indptr, scale_granularity_mnk, scale_major_mode, mma_sm, out, out_dtype,
+            backend, skip_check,
+        )  # fmt: skip
     granularity = tuple(scale_granularity_mnk)
     try:
         a_shape, b_shape, device = a.shape, b.shape, a.device

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from .._core.checks import describe, fail, require_tensors
+from .._core.compile import is_compiling
 from ..api_logging import flashinfer_api
 from ._dispatch import DISPATCH
 
@@ -114,6 +115,8 @@ def get_batch_decode_metadata_mla(
     ValueError
         A query that is not 3-D or 4-D, ``seq_lens`` not int32 or on another device, a negative
         ``sparse_mla_top_k``.
+    RuntimeError
+        Called inside ``torch.compile``: prepare the object outside and pass it in.
 
     Notes
     -----
@@ -132,6 +135,13 @@ def get_batch_decode_metadata_mla(
     >>> (md.batch, md.q_len, md.heads, md.topk, md.kind)
     (2, 1, 16, 64, 'reference')
     """
+    if is_compiling():
+        # an object made by traced code is Dynamo's reconstruction, which the compiled decode could
+        # not be handed when it runs: metadata is host state, prepared outside like the inputs
+        raise RuntimeError(
+            "get_batch_decode_metadata_mla cannot run inside torch.compile: prepare the metadata "
+            "outside the compiled function and pass it as metadata="
+        )
     require_tensors(query=query, seq_lens=seq_lens)
     if query.dim() not in (3, 4):
         fail(

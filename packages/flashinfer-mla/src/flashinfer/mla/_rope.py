@@ -15,6 +15,7 @@ import math
 import torch
 
 from .._core.checks import check_device, check_last_dim_contiguous, describe, fail, require_tensors
+from .._core.compile import is_compiling
 from ..api_logging import flashinfer_api
 from ._args import Rope
 from ._dispatch import DISPATCH
@@ -122,6 +123,13 @@ def rope_quantize_fp8(
     >>> outs[0].data_ptr() == q_fp8[..., 512:].data_ptr()
     True
     """
+    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
+        from . import _compile
+
+        return _compile.rope_quantize_fp8(
+            q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, quantize_dtype, quant_scale_q,
+            quant_scale_kv, q_rope_out, k_rope_out, q_nope_out, k_nope_out, enable_pdl,
+        )  # fmt: skip
     given = (q_rope_out, k_rope_out, q_nope_out, k_nope_out)
     try:
         dtype_arg = "quantize_dtype"
