@@ -15,6 +15,9 @@ from pathlib import Path
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"
 
 PROBE = """
+import os, sys
+# an environment with every part installed (nox's editable installs): its other parts leave the path
+sys.path[:] = [p for p in sys.path if not os.path.isdir(os.path.join(p or ".", "flashinfer", "mla"))]
 import importlib.util, _flashinfer_parts
 _flashinfer_parts.install()
 _flashinfer_parts.install()  # once only
