@@ -114,7 +114,7 @@ def _compile_decode(name, target):
     typed = {
         "a_desc": _descriptor_type([t, 128], "float8_e4m3fn"),
         "b_desc": _descriptor_type([w, 128], "float8_e4m3fn"),
-        "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32", "out_ptr": "*bf16", "partial_ptr": "*fp32",
+        "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32", "out_ptr": "*bf16", "partial_ptr": "*fp32", "counter_ptr": "*i32",
     }  # fmt: skip
     constexprs = {
         "SCALE_BM": 1,

@@ -149,6 +149,26 @@ def test_decode_gemm_gluon_every_tile(seed, block_n, block_m, split):
     check_dense(out, a, b, a_scale, b_scale, 1)
 
 
+def test_decode_gemm_gluon_split_counters_reset(seed):
+    """The split's arrival counters are left zero by every launch: launches of different tiles and
+    splits back to back (sharing the counters, on one stream) each give their own product."""
+    m, n, k = 20, 1000, 16 * 128
+    for _ in range(3):
+        for config in (
+            gluon_decode_config(64, 32, 4),
+            gluon_decode_config(128, 8, 2),
+            gluon_decode_config(64, 16, 16),
+        ):
+            a, b = fp8((m, k)), fp8((n, k))
+            a_scale, b_scale = mn_major(pow2((m, k // 128))), pow2((cdiv(n, 128), k // 128))
+            out = nan_like((m, n), torch.bfloat16)
+            decode_gemm().gemm_groupwise(groupwise(a, b, a_scale, b_scale, 1, out), config)
+            check_dense(out, a, b, a_scale, b_scale, 1)
+    from flashinfer.gemm.kernels.blockwise import gluon_fp8_decode_gemm
+
+    assert all(int(c.abs().max()) == 0 for c in gluon_fp8_decode_gemm._COUNTERS.values())
+
+
 @pytest.mark.parametrize(
     "case", ["a_blocks_128", "b_rows_1", "e5m2", "ragged_k", "strided_out", "fp16", "k_major_a", "shallow"]
 )

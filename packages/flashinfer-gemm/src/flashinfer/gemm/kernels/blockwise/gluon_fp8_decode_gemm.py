@@ -20,10 +20,11 @@ the scales travel with their operands:
 
 Nothing in the math loop waits on global memory; the ring is as deep as shared memory allows.
 
-Grid ``(ceil(n / BLOCK_W), SPLIT, ceil(m / BLOCK_T))``, one tile a program: with ``SPLIT > 1``
-each program writes its fp32 partial sum to ``partial (SPLIT, m, n)`` and
-:func:`.fp8_decode_gemm.splitk_reduce` adds the parts in split order (deterministic); with
-``SPLIT == 1`` the math warpgroups write ``out``.
+Grid ``(ceil(n / BLOCK_W), SPLIT, ceil(m / BLOCK_T))``, one tile a program. With ``SPLIT > 1``
+the ranges of a tile meet in the kernel, without a second launch: each thread stores its share of
+the fp32 sum and counts its arrival on a per-tile, per-thread counter; the last thread to arrive
+adds every range's share in range order (deterministic), writes ``out`` and resets the counter
+(:func:`_reduce_split`). With ``SPLIT == 1`` the math warpgroups write ``out`` directly.
 
 Layout
 ------
@@ -56,7 +57,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ...._core.triton_launch import FastLaunch
 from ....utils import ceil_div
 from ..gluon_tma import BLOCK_K, SUB_M, tma_rows_descriptor
-from .fp8_decode_gemm import splitk_reduce
 
 # Of the 227 KB a block may hold: the ring, with room for the barriers and the epilogue's
 # layout conversion (64 x BLOCK_T fp32 a math warpgroup).
@@ -133,10 +133,9 @@ def _producer(
 
 
 @gluon.jit
-def _math(
-    rings, out_ptr, partial_ptr, M, N, K, steps_per_split, stride_om, stride_on,
-    STAGES: gl.constexpr, PARTIAL: gl.constexpr, WARPGROUP: gl.constexpr,
-):  # fmt: skip
+def _math(rings, outputs, sizes, STAGES: gl.constexpr, PARTIAL: gl.constexpr, WARPGROUP: gl.constexpr):
+    out_ptr, partial_ptr, counter_ptr = outputs
+    M, N, K, steps_per_split, stride_om, stride_on = sizes
     a_ring, b_ring, sa_ring, sb_ring, full, empty = rings
     BLOCK_T: gl.constexpr = a_ring.type.shape[1]
     BLOCK_W: gl.constexpr = b_ring.type.shape[1]
@@ -160,31 +159,74 @@ def _math(
         mbarrier.arrive(empty.index(stage), count=1)
         # promotion: the 128-deep block product, scaled, into the fp32 sum
         acc += part * sb[:, None] * sa[None, :]
-    # stores coalesced along the weight rows (out's columns): 32 lanes a column of the tile
-    store_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 4], [0, 1])
-    values = gl.convert_layout(acc, store_layout)
-    rows = gl.program_id(0) * BLOCK_W + ROW0 + gl.arange(0, SUB_M, layout=gl.SliceLayout(1, store_layout))
-    cols = gl.program_id(2) * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, store_layout))
-    mask = (rows < N)[:, None] & (cols < M)[None, :]
+    row0 = gl.program_id(0) * BLOCK_W + ROW0
+    col0 = gl.program_id(2) * BLOCK_T
     if PARTIAL:
-        # partial (SPLIT, M, N), contiguous
-        part_ptrs = partial_ptr + (gl.program_id(1) * M + cols.to(gl.int64))[None, :] * N + rows[:, None]
-        gl.store(part_ptrs, values, mask=mask)
+        # one tile a math warpgroup's share: (token tile, weight tile, warpgroup)
+        tiles = gl.num_programs(2) * gl.num_programs(0) * (BLOCK_W // SUB_M)
+        tile = (gl.program_id(2) * gl.num_programs(0) + gl.program_id(0)) * (BLOCK_W // SUB_M) + WARPGROUP
+        _reduce_split(
+            acc, partial_ptr, counter_ptr, out_ptr, M, N, stride_om, stride_on, row0, col0, tile, tiles
+        )
     else:
+        # stores coalesced along the weight rows (out's columns): 32 lanes a column of the tile
+        store_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 4], [0, 1])
+        values = gl.convert_layout(acc, store_layout)
+        rows = row0 + gl.arange(0, SUB_M, layout=gl.SliceLayout(1, store_layout))
+        cols = col0 + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, store_layout))
+        mask = (rows < N)[:, None] & (cols < M)[None, :]
         out_ptrs = out_ptr + cols.to(gl.int64)[None, :] * stride_om + rows.to(gl.int64)[:, None] * stride_on
         gl.store(out_ptrs, values.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @gluon.jit
+def _reduce_split(
+    acc, partial_ptr, counter_ptr, out_ptr, M, N, stride_om, stride_on, row0, col0, tile, tiles
+):
+    # The split's ranges of one 64 x BLOCK_T tile meet here, in whichever order they finish: each
+    # thread stores its share of the fp32 sum, then counts its arrival on its own counter of the
+    # tile (acq_rel: its stores are released with it, and the other ranges' stores of the same
+    # share are acquired). The thread that arrives last adds the shares of every range in range
+    # order (so the result does not depend on the order of arrival), writes out and resets its
+    # counter for the next launch. Each thread owns the same elements in every program (the same
+    # layout), so no thread waits for another: no barrier, nothing to spin on.
+    BLOCK_T: gl.constexpr = acc.type.shape[1]
+    PER_THREAD: gl.constexpr = SUB_M * BLOCK_T // 128
+    TILE: gl.constexpr = SUB_M * BLOCK_T
+    # thread t holds elements e * 128 + t of the tile, flattened token-major (token, row) =
+    # divmod(index, 64): a warp's 32 consecutive elements are 32 consecutive weight rows (out's
+    # columns), so both the shares and the output are stored coalesced
+    share: gl.constexpr = gl.BlockedLayout([PER_THREAD, 1], [1, 32], [1, 4], [1, 0])
+    values = gl.convert_layout(gl.reshape(gl.permute(acc, (1, 0)), [PER_THREAD, 128]), share)
+    lane = gl.arange(0, 128, layout=gl.SliceLayout(0, share))
+    index = gl.arange(0, PER_THREAD, layout=gl.SliceLayout(1, share))[:, None] * 128 + lane[None, :]
+    split = gl.program_id(1)
+    splits = gl.num_programs(1)
+    gl.store(partial_ptr + (split * tiles + tile).to(gl.int64) * TILE + index, values)
+    counters = counter_ptr + tile * 128 + lane
+    one = gl.full([128], 1, gl.int32, layout=gl.SliceLayout(0, share))
+    last = (gl.atomic_add(counters, one, sem="acq_rel", scope="gpu") == splits - 1)[None, :]
+    total = gl.zeros([PER_THREAD, 128], gl.float32, layout=share)
+    for s in range(splits):
+        total += gl.load(partial_ptr + (s * tiles + tile).to(gl.int64) * TILE + index, mask=last, other=0.0)
+    tokens = col0 + index // SUB_M
+    rows = row0 + index % SUB_M
+    ok = last & (tokens < M) & (rows < N)
+    out_ptrs = out_ptr + tokens.to(gl.int64) * stride_om + rows.to(gl.int64) * stride_on
+    gl.store(out_ptrs, total.to(out_ptr.dtype.element_ty), mask=ok)
+    gl.store(counters[None, :], one[None, :] * 0, mask=last)
+
+
+@gluon.jit
 def fp8_decode_gemm_ws_kernel(
     # TMA descriptors of a (m, k) in BLOCK_T-row boxes and b (n, k) in BLOCK_W-row boxes; scales;
-    # out (m, n), or the fp32 partial sums (SPLIT, m, n) where PARTIAL
-    a_desc, b_desc, a_scale_ptr, b_scale_ptr, out_ptr, partial_ptr,
+    # out (m, n); where PARTIAL, the fp32 shares of the split's ranges and the arrival counters
+    a_desc, b_desc, a_scale_ptr, b_scale_ptr, out_ptr, partial_ptr, counter_ptr,
     # problem size, and the K steps of one range of the split
     M, N, K, steps_per_split,
     # strides, in elements
     stride_sam, stride_sak, stride_sbn, stride_sbk, stride_om, stride_on,
-    # scale granularity along m (1 or 128) and n (1 or 128); ring depth; partial sums or out
+    # scale granularity along m (1 or 128) and n (1 or 128); ring depth; K split over programs
     SCALE_BM: gl.constexpr, SCALE_BN: gl.constexpr, STAGES: gl.constexpr, PARTIAL: gl.constexpr,
 ):  # fmt: skip
     BLOCK_T: gl.constexpr = a_desc.block_type.shape[0]
@@ -204,45 +246,15 @@ def fp8_decode_gemm_ws_kernel(
     fence_async_shared()
 
     rings = (a_ring, b_ring, sa_ring, sb_ring, full, empty)
+    outputs = (out_ptr, partial_ptr, counter_ptr)
+    sizes = (M, N, K, steps_per_split, stride_om, stride_on)
     producer_args = (a_desc, b_desc, a_scale_ptr, b_scale_ptr, rings, M, N, K, steps_per_split,
                      stride_sam, stride_sak, stride_sbn, stride_sbk, SCALE_BM, SCALE_BN, STAGES)  # fmt: skip
     if MATH_WARPGROUPS == 2:
         gl.warp_specialize(
             [
-                (
-                    _math,
-                    (
-                        rings,
-                        out_ptr,
-                        partial_ptr,
-                        M,
-                        N,
-                        K,
-                        steps_per_split,
-                        stride_om,
-                        stride_on,
-                        STAGES,
-                        PARTIAL,
-                        0,
-                    ),
-                ),
-                (
-                    _math,
-                    (
-                        rings,
-                        out_ptr,
-                        partial_ptr,
-                        M,
-                        N,
-                        K,
-                        steps_per_split,
-                        stride_om,
-                        stride_on,
-                        STAGES,
-                        PARTIAL,
-                        1,
-                    ),
-                ),
+                (_math, (rings, outputs, sizes, STAGES, PARTIAL, 0)),
+                (_math, (rings, outputs, sizes, STAGES, PARTIAL, 1)),
                 (_producer, producer_args),
             ],
             [4, 1],
@@ -250,26 +262,7 @@ def fp8_decode_gemm_ws_kernel(
         )
     else:
         gl.warp_specialize(
-            [
-                (
-                    _math,
-                    (
-                        rings,
-                        out_ptr,
-                        partial_ptr,
-                        M,
-                        N,
-                        K,
-                        steps_per_split,
-                        stride_om,
-                        stride_on,
-                        STAGES,
-                        PARTIAL,
-                        0,
-                    ),
-                ),
-                (_producer, producer_args),
-            ],
+            [(_math, (rings, outputs, sizes, STAGES, PARTIAL, 0)), (_producer, producer_args)],
             [1],
             [PRODUCER_REGISTERS],
         )
@@ -298,13 +291,33 @@ def gemm_groupwise(call, config) -> None:
     k_steps = ceil_div(k, BLOCK_K)
     steps = ceil_div(k_steps, min(config.split, k_steps))
     split = ceil_div(k_steps, steps)  # no empty range
-    partial = out if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=a.device)
+    grid = (ceil_div(n, config.block_n), split, ceil_div(m, config.block_m))
+    partial = counters = out
+    if split > 1:
+        # a 64 x block_m share a math warpgroup and range of the split
+        tiles = grid[0] * grid[2] * (config.block_n // SUB_M.value)
+        partial = torch.empty(
+            split * tiles * SUB_M.value * config.block_m, dtype=torch.float32, device=a.device
+        )
+        counters = _arrival_counters(a.device, tiles * 128)
     _LAUNCH.launch(
-        (ceil_div(n, config.block_n), split, ceil_div(m, config.block_m)),
-        tma_rows_descriptor(a, m, config.block_m), tma_rows_descriptor(b, n, config.block_n),
-        a_scale, b_scale, out, partial, m, n, k, steps, *a_scale.stride(), *b_scale.stride(), *out.stride(),
-        SCALE_BM=call.block_m, SCALE_BN=call.block_n, STAGES=config.stages, PARTIAL=split > 1,
+        grid, tma_rows_descriptor(a, m, config.block_m), tma_rows_descriptor(b, n, config.block_n),
+        a_scale, b_scale, out, partial, counters, m, n, k, steps, *a_scale.stride(), *b_scale.stride(),
+        *out.stride(), SCALE_BM=call.block_m, SCALE_BN=call.block_n, STAGES=config.stages, PARTIAL=split > 1,
         **launch_options(config.block_n),
     )  # fmt: skip
-    if split > 1:
-        splitk_reduce(partial, out)
+
+
+_COUNTERS: dict = {}
+
+
+def _arrival_counters(device: torch.device, count: int) -> torch.Tensor:
+    """The split's arrival counters on ``device`` (int32, zero between launches: the last thread
+    to arrive resets its own), allocated once and grown when a launch needs more. Launches on one
+    device share them, which is safe in stream order (a launch leaves them zero); concurrent
+    streams each need their own: the decode GEMM runs on the caller's stream, as the rest of a
+    layer does."""
+    counters = _COUNTERS.get(device)
+    if counters is None or counters.numel() < count:
+        counters = _COUNTERS[device] = torch.zeros(max(count, 1 << 16), dtype=torch.int32, device=device)
+    return counters
