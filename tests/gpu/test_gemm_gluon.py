@@ -169,6 +169,25 @@ def test_decode_gemm_gluon_split_counters_reset(seed):
     assert all(int(c.abs().max()) == 0 for c in gluon_fp8_decode_gemm._COUNTERS.values())
 
 
+def test_decode_gemm_gluon_split_in_concurrent_streams(seed):
+    """Split launches in two streams at once (two-batch overlap) count on separate counters."""
+    m, n, k = 24, 4096, 28 * 128
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    calls = []
+    for stream in streams:
+        a, b = fp8((m, k)), fp8((n, k))
+        a_scale, b_scale = mn_major(pow2((m, k // 128))), pow2((cdiv(n, 128), k // 128))
+        calls.append((stream, groupwise(a, b, a_scale, b_scale, 1, nan_like((m, n), torch.bfloat16))))
+    torch.cuda.synchronize()
+    for _ in range(20):
+        for stream, call in calls:
+            with torch.cuda.stream(stream):
+                decode_gemm().gemm_groupwise(call, gluon_decode_config(64, 32, 7))
+    torch.cuda.synchronize()
+    for _, call in calls:
+        check_dense(call.out, call.a, call.b, call.a_scale, call.b_scale, 1)
+
+
 @pytest.mark.parametrize(
     "case", ["a_blocks_128", "b_rows_1", "e5m2", "ragged_k", "strided_out", "fp16", "k_major_a", "shallow"]
 )

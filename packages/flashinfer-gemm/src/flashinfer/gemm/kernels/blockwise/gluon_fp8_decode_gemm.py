@@ -312,12 +312,12 @@ _COUNTERS: dict = {}
 
 
 def _arrival_counters(device: torch.device, count: int) -> torch.Tensor:
-    """The split's arrival counters on ``device`` (int32, zero between launches: the last thread
-    to arrive resets its own), allocated once and grown when a launch needs more. Launches on one
-    device share them, which is safe in stream order (a launch leaves them zero); concurrent
-    streams each need their own: the decode GEMM runs on the caller's stream, as the rest of a
-    layer does."""
-    counters = _COUNTERS.get(device)
+    """The split's arrival counters for the current stream of ``device`` (int32, zero between
+    launches: the last thread to arrive resets its own), allocated once per stream and grown when
+    a launch needs more. Launches in one stream run one after another and leave them zero;
+    launches in concurrent streams (two-batch overlap) each count on their stream's own."""
+    key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
+    counters = _COUNTERS.get(key)
     if counters is None or counters.numel() < count:
-        counters = _COUNTERS[device] = torch.zeros(max(count, 1 << 16), dtype=torch.int32, device=device)
+        counters = _COUNTERS[key] = torch.zeros(max(count, 1 << 16), dtype=torch.int32, device=device)
     return counters
