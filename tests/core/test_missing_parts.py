@@ -15,9 +15,10 @@ from pathlib import Path
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"
 
 PROBE = """
-import os, sys
-# an environment with every part installed (nox's editable installs): its other parts leave the path
-sys.path[:] = [p for p in sys.path if not os.path.isdir(os.path.join(p or ".", "flashinfer", "mla"))]
+import os, sys, torch  # torch first: its path entry may hold installed parts too
+# an environment with every part installed (nox's editable installs): only core and gemm stay
+parts = os.environ["PARTS_UNDER_TEST"].split(os.pathsep)
+sys.path[:] = [p for p in sys.path if p in parts or not os.path.isdir(os.path.join(p or ".", "flashinfer"))]
 import importlib.util, _flashinfer_parts
 _flashinfer_parts.install()
 _flashinfer_parts.install()  # once only
@@ -34,7 +35,7 @@ import flashinfer.mla
 
 def test_a_missing_part_names_its_distribution():
     path = os.pathsep.join(str(PACKAGES / name / "src") for name in ("flashinfer-core", "flashinfer-gemm"))
-    env = {**os.environ, "PYTHONPATH": path}
+    env = {**os.environ, "PYTHONPATH": path, "PARTS_UNDER_TEST": path}
     result = subprocess.run(
         [sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, cwd=PACKAGES
     )
