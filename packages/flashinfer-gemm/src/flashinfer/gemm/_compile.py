@@ -55,9 +55,15 @@ def bmm_bf16(A, B, out, out_dtype, backend, skip_check):
 
 @custom_op("bmm_fp8", mutates_args=("out",))
 def _bmm_fp8(
-    A: Tensor, B: Tensor, A_scale: Tensor, B_scale: Tensor, dtype: torch.dtype, out: Tensor, backend: str,
+    A: Tensor,
+    B: Tensor,
+    A_scale: Tensor,
+    B_scale: Tensor,
+    dtype: torch.dtype,
+    out: Tensor,
+    backend: str,
     skip_check: bool,
-) -> None:  # fmt: skip
+) -> None:
     _eager_bmm_fp8(A, B, A_scale, B_scale, dtype, out, backend, skip_check=skip_check)
 
 
@@ -74,29 +80,68 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out, backend, skip_check):
 
 @custom_op("gemm_fp8_nt_groupwise", mutates_args=("out", "output_scale"))
 def _groupwise(
-    a: Tensor, b: Tensor, a_scale: Tensor, b_scale: Tensor, scale_major_mode: str | None, mma_sm: int,
-    scale_granularity_mnk: Sequence[int], out: Tensor, out_dtype: torch.dtype | None, backend: str,
-    output_scale: Tensor | None, skip_check: bool,
-) -> None:  # fmt: skip
+    a: Tensor,
+    b: Tensor,
+    a_scale: Tensor,
+    b_scale: Tensor,
+    scale_major_mode: str | None,
+    mma_sm: int,
+    scale_granularity_mnk: Sequence[int],
+    out: Tensor,
+    out_dtype: torch.dtype | None,
+    backend: str,
+    output_scale: Tensor | None,
+    skip_check: bool,
+) -> None:
     _eager_groupwise(
-        a, b, a_scale, b_scale, scale_major_mode, mma_sm, scale_granularity_mnk, out, out_dtype, backend,
-        output_scale, skip_check=skip_check,
-    )  # fmt: skip
+        a,
+        b,
+        a_scale,
+        b_scale,
+        scale_major_mode,
+        mma_sm,
+        scale_granularity_mnk,
+        out,
+        out_dtype,
+        backend,
+        output_scale,
+        skip_check=skip_check,
+    )
 
 
 def gemm_fp8_nt_groupwise(
-    a, b, a_scale, b_scale, scale_major_mode, mma_sm, scale_granularity_mnk, out, out_dtype, backend,
-    output_scale, skip_check,
-):  # fmt: skip
+    a,
+    b,
+    a_scale,
+    b_scale,
+    scale_major_mode,
+    mma_sm,
+    scale_granularity_mnk,
+    out,
+    out_dtype,
+    backend,
+    output_scale,
+    skip_check,
+):
     """``gemm_fp8_nt_groupwise`` as one node: ``out`` ``[m, n]`` when not given, of ``out_dtype``,
     else bfloat16, or float8_e4m3fn with ``output_scale``."""
     if out is None:
         dtype = out_dtype if out_dtype is not None else (_BF16 if output_scale is None else _E4M3)
         out = _empty((a.shape[0], b.shape[0]), dtype, a)
     _groupwise(
-        a, b, a_scale, b_scale, scale_major_mode, mma_sm, list(scale_granularity_mnk), out, out_dtype, backend,
-        output_scale, skip_check,
-    )  # fmt: skip
+        a,
+        b,
+        a_scale,
+        b_scale,
+        scale_major_mode,
+        mma_sm,
+        list(scale_granularity_mnk),
+        out,
+        out_dtype,
+        backend,
+        output_scale,
+        skip_check,
+    )
     return out
 
 
@@ -105,9 +150,13 @@ def gemm_fp8_nt_groupwise(
 
 @custom_op("fp8_blockscale_gemm_sm90", mutates_args=("out",))
 def _blockscale_sm90(
-    input: Tensor, weight: Tensor, input_scale: Tensor | None, weight_scale: Tensor | None, out: Tensor,
+    input: Tensor,
+    weight: Tensor,
+    input_scale: Tensor | None,
+    weight_scale: Tensor | None,
+    out: Tensor,
     out_dtype: torch.dtype | None,
-) -> None:  # fmt: skip
+) -> None:
     _eager_blockscale_sm90(input, weight, input_scale, weight_scale, out, out_dtype)
 
 
@@ -125,28 +174,67 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale, weight_scale, out, out_
 
 @custom_op("group_gemm_fp8_nt_groupwise", mutates_args=("out",))
 def _group_gemm(
-    a: Tensor, b: Tensor, a_scale: Tensor, b_scale: Tensor, m_indptr: Tensor, scale_granularity_mnk: Sequence[int],
-    scale_major_mode: str, mma_sm: int, out: Tensor, out_dtype: torch.dtype | None, backend: str,
+    a: Tensor,
+    b: Tensor,
+    a_scale: Tensor,
+    b_scale: Tensor,
+    m_indptr: Tensor,
+    scale_granularity_mnk: Sequence[int],
+    scale_major_mode: str,
+    mma_sm: int,
+    out: Tensor,
+    out_dtype: torch.dtype | None,
+    backend: str,
     skip_check: bool,
-) -> None:  # fmt: skip
+) -> None:
     _eager_group_gemm(
-        a, b, a_scale, b_scale, m_indptr, scale_granularity_mnk, scale_major_mode, mma_sm, out, out_dtype,
-        backend, skip_check=skip_check,
-    )  # fmt: skip
+        a,
+        b,
+        a_scale,
+        b_scale,
+        m_indptr,
+        scale_granularity_mnk,
+        scale_major_mode,
+        mma_sm,
+        out,
+        out_dtype,
+        backend,
+        skip_check=skip_check,
+    )
 
 
 def group_gemm_fp8_nt_groupwise(
-    a, b, a_scale, b_scale, m_indptr, scale_granularity_mnk, scale_major_mode, mma_sm, out, out_dtype, backend,
+    a,
+    b,
+    a_scale,
+    b_scale,
+    m_indptr,
+    scale_granularity_mnk,
+    scale_major_mode,
+    mma_sm,
+    out,
+    out_dtype,
+    backend,
     skip_check,
-):  # fmt: skip
+):
     """``group_gemm_fp8_nt_groupwise`` as one node: ``out`` ``[cum_m, n]`` of ``out_dtype``
     (bfloat16 by default) when not given."""
     if out is None:
         out = _empty((a.shape[0], b.shape[1]), out_dtype or _BF16, a)
     _group_gemm(
-        a, b, a_scale, b_scale, m_indptr, list(scale_granularity_mnk), scale_major_mode, mma_sm, out, out_dtype,
-        backend, skip_check,
-    )  # fmt: skip
+        a,
+        b,
+        a_scale,
+        b_scale,
+        m_indptr,
+        list(scale_granularity_mnk),
+        scale_major_mode,
+        mma_sm,
+        out,
+        out_dtype,
+        backend,
+        skip_check,
+    )
     return out
 
 
@@ -155,9 +243,16 @@ def group_gemm_fp8_nt_groupwise(
 
 @custom_op("group_deepgemm_fp8_nt_groupwise", mutates_args=("out",))
 def _group_deepgemm(
-    a: Tensor, b: Tensor, a_scale: Tensor, b_scale: Tensor, m_indices: Tensor, scale_granularity_mnk: Sequence[int],
-    out: Tensor, out_dtype: torch.dtype | None, skip_check: bool,
-) -> None:  # fmt: skip
+    a: Tensor,
+    b: Tensor,
+    a_scale: Tensor,
+    b_scale: Tensor,
+    m_indices: Tensor,
+    scale_granularity_mnk: Sequence[int],
+    out: Tensor,
+    out_dtype: torch.dtype | None,
+    skip_check: bool,
+) -> None:
     _eager_group_deepgemm(
         a, b, a_scale, b_scale, m_indices, scale_granularity_mnk, out, out_dtype, skip_check=skip_check
     )
@@ -181,12 +276,29 @@ def group_deepgemm_fp8_nt_groupwise(
 
 @custom_op("batch_deepgemm_fp8_nt_groupwise", mutates_args=("out",))
 def _batch_deepgemm(
-    a: Tensor, b: Tensor, a_scale: Tensor, b_scale: Tensor, masked_m: Tensor, expected_m: int,
-    scale_granularity_mnk: Sequence[int], out: Tensor, out_dtype: torch.dtype | None, skip_check: bool,
-) -> None:  # fmt: skip
+    a: Tensor,
+    b: Tensor,
+    a_scale: Tensor,
+    b_scale: Tensor,
+    masked_m: Tensor,
+    expected_m: int,
+    scale_granularity_mnk: Sequence[int],
+    out: Tensor,
+    out_dtype: torch.dtype | None,
+    skip_check: bool,
+) -> None:
     _eager_batch_deepgemm(
-        a, b, a_scale, b_scale, masked_m, expected_m, scale_granularity_mnk, out, out_dtype, skip_check=skip_check,
-    )  # fmt: skip
+        a,
+        b,
+        a_scale,
+        b_scale,
+        masked_m,
+        expected_m,
+        scale_granularity_mnk,
+        out,
+        out_dtype,
+        skip_check=skip_check,
+    )
 
 
 def batch_deepgemm_fp8_nt_groupwise(

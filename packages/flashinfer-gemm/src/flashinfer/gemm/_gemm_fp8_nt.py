@@ -183,9 +183,19 @@ def gemm_fp8_nt_groupwise(
         from . import _compile
 
         return _compile.gemm_fp8_nt_groupwise(
-            a, b, a_scale, b_scale, scale_major_mode, mma_sm, scale_granularity_mnk, out, out_dtype, backend,
-            output_scale, skip_check,
-        )  # fmt: skip
+            a,
+            b,
+            a_scale,
+            b_scale,
+            scale_major_mode,
+            mma_sm,
+            scale_granularity_mnk,
+            out,
+            out_dtype,
+            backend,
+            output_scale,
+            skip_check,
+        )
     try:
         a_shape, b_shape, device = a.shape, b.shape, a.device
         granularity = tuple(scale_granularity_mnk)

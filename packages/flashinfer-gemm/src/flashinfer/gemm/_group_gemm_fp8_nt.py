@@ -131,9 +131,19 @@ def group_gemm_fp8_nt_groupwise(
         from . import _compile
 
         return _compile.group_gemm_fp8_nt_groupwise(
-            a, b, a_scale, b_scale, m_indptr, scale_granularity_mnk, scale_major_mode, mma_sm, out, out_dtype,
-            backend, skip_check,
-        )  # fmt: skip
+            a,
+            b,
+            a_scale,
+            b_scale,
+            m_indptr,
+            scale_granularity_mnk,
+            scale_major_mode,
+            mma_sm,
+            out,
+            out_dtype,
+            backend,
+            skip_check,
+        )
     granularity = tuple(scale_granularity_mnk)
     try:
         a_shape, b_shape, device = a.shape, b.shape, a.device

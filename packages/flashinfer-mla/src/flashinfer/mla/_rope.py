@@ -127,9 +127,22 @@ def rope_quantize_fp8(
         from . import _compile
 
         return _compile.rope_quantize_fp8(
-            q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, quantize_dtype, quant_scale_q,
-            quant_scale_kv, q_rope_out, k_rope_out, q_nope_out, k_nope_out, enable_pdl,
-        )  # fmt: skip
+            q_rope,
+            k_rope,
+            q_nope,
+            k_nope,
+            cos_sin_cache,
+            pos_ids,
+            is_neox,
+            quantize_dtype,
+            quant_scale_q,
+            quant_scale_kv,
+            q_rope_out,
+            k_rope_out,
+            q_nope_out,
+            k_nope_out,
+            enable_pdl,
+        )
     given = (q_rope_out, k_rope_out, q_nope_out, k_nope_out)
     try:
         dtype_arg = "quantize_dtype"
