@@ -56,9 +56,11 @@ def test_check_messages_name_argument_expected_and_received():
         checks.require_tensors(A=torch.zeros(1), out=None, A_scale=None, optional=("out",))
     # a caller's string value is quoted, never mistaken for a description
     assert checks.describe("bfloat16") == "'bfloat16' (a str)"
-    assert not checks.last_dim_contiguous(torch.zeros(2, 3).t()) and checks.last_dim_contiguous(
-        torch.zeros(3, 1)[:, ::2]
-    )
+    # the last-dimension rule: unit stride, a last dimension of one element, or a 0-dim tensor
+    for passes in (torch.zeros(3, 1)[:, ::2], torch.zeros(4, 6)[:, :3], torch.zeros(()), torch.zeros(3, 0)):
+        checks.check_last_dim_contiguous(passes, "x")
+    with pytest.raises(RuntimeError, match=r"last dimension is contiguous \(stride 1; why\) for `x`"):
+        checks.check_last_dim_contiguous(torch.zeros(2, 3).t(), "x", RuntimeError, "why")
 
 
 def test_overlap_detection():

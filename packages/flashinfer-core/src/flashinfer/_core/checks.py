@@ -52,19 +52,16 @@ def require_tensors(exc: type[Exception] = TypeError, *, optional: tuple = (), *
             fail(exc, arg, "a torch.Tensor", describe(x))
 
 
-def last_dim_contiguous(x: torch.Tensor) -> bool:
-    """Unit stride in the last dimension (or a last dimension of at most one element)."""
-    # cheapest first: a contiguous tensor (0-dim included) answers in one call, and the stride
-    # tuple is read before `x.stride(-1)`, which parses its argument
-    return x.is_contiguous() or x.stride()[-1] == 1 or x.shape[-1] <= 1
-
-
 def check_last_dim_contiguous(
     x: torch.Tensor, arg: str, exc: type[Exception] = ValueError, why: str = ""
 ) -> None:
-    """``x`` has unit stride in its last dimension (:func:`last_dim_contiguous`), the layout every
-    kernel reads rows with; ``why`` adds upstream's words for the rule."""
-    if not last_dim_contiguous(x):
+    """``x`` has unit stride in its last dimension (or a last dimension of at most one element;
+    a 0-dim tensor passes), the layout every kernel reads rows with; ``why`` adds upstream's words
+    for the rule."""
+    # one C call on the common path: the stride tuple (`x.stride(-1)` parses its argument, and
+    # `is_contiguous` first would cost a second call for the strided views the APIs take)
+    strides = x.stride()
+    if strides and strides[-1] != 1 and x.shape[-1] > 1:
         fail(
             exc, arg, f"a tensor whose last dimension is contiguous (stride 1{'; ' + why if why else ''})", x
         )

@@ -2,7 +2,8 @@
 
 One immutable record per op, built once by the public function after validation (so every
 field already satisfies what its docstring says) and passed, as one argument, to
-``_reference``, ``_cuda`` and ``_mate`` and on to the Triton launchers. Fields hold the caller's
+``_reference``, ``_cuda`` and ``_mate`` and on to the Triton launchers (only with every size
+above zero: at ``k == 0`` the API calls the record's ``zero_fill`` instead, :func:`._dispatch.run`). Fields hold the caller's
 tensors as given; views an implementation may want (a 0-dim scale, the logical orientation of
 an MN-major scale) are properties, made only by the implementations that read them: a view
 costs more host time than the whole validation of a call (``benchmarks/RESULTS.md``, "Host time").
@@ -13,6 +14,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+
+from flashinfer._core.constants import E4M3_MAX, OUTPUT_SCALE_FLOOR
 
 
 class Bmm(NamedTuple):
@@ -38,6 +41,10 @@ class Bmm(NamedTuple):
     out: torch.Tensor
     a_scale: torch.Tensor | None = None
     b_scale: torch.Tensor | None = None
+
+    def zero_fill(self) -> None:
+        """The product at ``k == 0``: every element zero."""
+        self.out.zero_()
 
     @property
     def A_scale(self) -> torch.Tensor | None:
@@ -96,6 +103,12 @@ class Groupwise(NamedTuple):
     out: torch.Tensor
     output_scale: torch.Tensor | None = None
 
+    def zero_fill(self) -> None:
+        """The product at ``k == 0``: zeros, and the floor of ``output_scale`` (FP8 output)."""
+        self.out.zero_()
+        if self.output_scale is not None:
+            self.output_scale.fill_(OUTPUT_SCALE_FLOOR / E4M3_MAX)
+
     @property
     def a_scale(self) -> torch.Tensor:
         """The logical ``(ceil(m / block_m), ceil(k / block_k))`` view (any strides)."""
@@ -133,6 +146,11 @@ class GroupedContiguous(NamedTuple):
     b_scale: torch.Tensor
     m_indices: torch.Tensor
     out: torch.Tensor
+
+    def zero_fill(self) -> None:
+        """The product at ``k == 0``: zeros in the rows whose id is in ``[0, G)``."""
+        valid = (self.m_indices >= 0) & (self.m_indices < self.b.shape[0])
+        self.out.masked_fill_(valid.unsqueeze(1), 0)
 
 
 class GroupedMasked(NamedTuple):
@@ -194,6 +212,12 @@ class GroupedSegments(NamedTuple):
     b_scale: torch.Tensor
     m_indptr: torch.Tensor
     out: torch.Tensor
+
+    def zero_fill(self) -> None:
+        """The product at ``k == 0``: zeros in the rows of the segments."""
+        from ._group_gemm_segments import rows_in_segments  # imports this module
+
+        self.out.masked_fill_(rows_in_segments(self.m_indptr, self.out.shape[0]).unsqueeze(1), 0)
 
 
 class QuantizeBlocks(NamedTuple):

@@ -17,11 +17,12 @@ from flashinfer._core.checks import (
     require_tensors,
 )
 from flashinfer._core.compile import is_compiling
+from flashinfer._core.dispatch import implementation_kind
 from flashinfer.api_logging import flashinfer_api
 
 from ._args import Bmm
 from ._backends import BMM_BF16, BMM_FP8
-from ._dispatch import DISPATCH
+from ._dispatch import DISPATCH, run
 
 _16BIT = (torch.bfloat16, torch.float16)
 _BF16_OUT = (torch.bfloat16, torch.float16, torch.float32)
@@ -42,19 +43,8 @@ def _check_operands(A, B, a_shape, b_shape, device) -> None:
     if b_shape[0] != a_shape[0] or b_shape[1] != a_shape[2]:
         expected = f"shape ({a_shape[0]}, {a_shape[2]}, n) (batch and k of `A`)"
         fail(ValueError, "B", expected, f"shape {tuple(b_shape)}")
-    check_device(B, "B", device, "A")
-
-
-def run_bmm(call: Bmm, k: int, device) -> torch.Tensor:
-    """Compute a validated :class:`~._args.Bmm` (``k`` its depth) on ``device``'s implementation
-    and return ``call.out``: an empty ``out`` is returned as is, ``k == 0`` zero-fills it."""
-    out = call.out
-    if out.numel() == 0:
-        return out
-    if k == 0:
-        return out.zero_()
-    DISPATCH.module(device).bmm(call)
-    return out
+    if B.device != device:
+        check_device(B, "B", device, "A")
 
 
 @flashinfer_api
@@ -145,7 +135,7 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
         raise
     if out is None:
         out = torch.empty((a_shape[0], a_shape[1], b_shape[2]), dtype=out_dtype, device=device)
-    return run_bmm(Bmm(A, B, out), a_shape[2], device)
+    return run(DISPATCH.module(device).bmm, Bmm(A, B, out), a_shape[2])
 
 
 def _check_bmm_fp8_scale(scale, arg: str, device, batch: int, rows: int) -> None:
@@ -260,4 +250,75 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
         raise
     if out is None:
         out = torch.empty((a_shape[0], a_shape[1], b_shape[2]), dtype=dtype, device=device)
-    return run_bmm(Bmm(A, B, out, A_scale, B_scale), a_shape[2], device)
+    return run(DISPATCH.module(device).bmm, Bmm(A, B, out, A_scale, B_scale), a_shape[2])
+
+
+# ------------------------------------------------ upstream's cuTile module (kernels/cutile)
+# Upstream's cuTile BF16 batched GEMM needs the ``cuda.tile`` compiler, which this build does not
+# have: ``bmm_bf16_cutile`` checks its arguments as upstream does (plus one device and no overlap
+# with ``out``), then computes with ``bmm_bf16``'s implementation on the tensors' device; the tune
+# cache records one entry per problem key, as upstream's does after its first call for a shape.
+
+
+def make_bmm_bf16_tune_cache() -> dict:
+    """A fresh, empty tune cache for :func:`bmm_bf16_cutile` (a dict keyed by problem)."""
+    return {}
+
+
+_BMM_BF16_TUNE_CACHE: dict = make_bmm_bf16_tune_cache()
+
+
+def bmm_bf16_cutile(A: torch.Tensor, B: torch.Tensor, out: torch.Tensor, tune_cache: dict | None = None):
+    """``out[b] = A[b] @ B[b]`` for bf16 operands, written into ``out`` and returned.
+
+    Parameters
+    ----------
+    A : torch.Tensor
+        ``[batch, m, k]`` bfloat16.
+    B : torch.Tensor
+        ``[batch, k, n]`` bfloat16 (upstream expects the column-major view of ``[batch, n, k]``).
+    out : torch.Tensor
+        ``[batch, m, n]`` bfloat16, float16 or float32, contiguous.
+    tune_cache : dict, optional
+        Where the problem key ``(batch, m, n, k, a_dtype, device)`` is recorded (the module's
+        default cache when None). Nothing is tuned: the key maps to the implementation used.
+
+    Returns
+    -------
+    torch.Tensor
+        ``out``.
+
+    Raises
+    ------
+    ValueError
+        Upstream's checks: 3-D operands, matching batch and k, ``out`` of shape
+        ``[batch, m, n]``, bf16 operands, a bf16/fp16/fp32 contiguous ``out``; ours: tensors on
+        different devices, an ``out`` sharing memory with ``A`` or ``B``.
+    """
+    if A.dim() != 3 or B.dim() != 3:
+        raise ValueError(
+            f"bmm_bf16_cutile expects 3D inputs; got A.shape={tuple(A.shape)}, B.shape={tuple(B.shape)}"
+        )
+    batch, m, k = A.shape
+    batch_b, k_b, n = B.shape
+    if batch != batch_b:
+        raise ValueError(f"Batch dim mismatch: A.shape[0]={batch}, B.shape[0]={batch_b}")
+    if k_b != k:
+        raise ValueError(f"K dim mismatch: A.shape[2]={k}, B.shape[1]={k_b}")
+    if out.shape != (batch, m, n):
+        raise ValueError(f"out.shape must be {(batch, m, n)}; got {tuple(out.shape)}")
+    if A.dtype != torch.bfloat16 or B.dtype != torch.bfloat16:
+        raise ValueError(f"bmm_bf16_cutile requires bf16 A and B; got A.dtype={A.dtype}, B.dtype={B.dtype}")
+    if out.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"bmm_bf16_cutile supports bfloat16 / float16 / float32 out; got {out.dtype}")
+    if not out.is_contiguous():
+        raise ValueError("out must be contiguous (B, M, N) row-major")
+    device = A.device
+    if B.device != device:
+        check_device(B, "B", device, "A")
+    if out.device != device:
+        check_device(out, "out", device, "A")
+    check_no_overlap(out, "out", ("A", "B"), A, B)
+    cache = _BMM_BF16_TUNE_CACHE if tune_cache is None else tune_cache
+    cache.setdefault((batch, m, n, k, A.dtype, device), implementation_kind(device))
+    return run(DISPATCH.module(device).bmm, Bmm(A, B, out), k)

@@ -21,7 +21,7 @@ from flashinfer.api_logging import flashinfer_api
 
 from ._args import GroupedContiguous, GroupedMasked
 from ._backends import BATCH_DEEPGEMM_FP8_NT_GROUPWISE, GROUP_DEEPGEMM_FP8_NT_GROUPWISE
-from ._dispatch import DISPATCH
+from ._dispatch import DISPATCH, run
 
 _BLOCK = 128
 _E4M3 = torch.float8_e4m3fn
@@ -43,8 +43,10 @@ def _check_common(a, b, a_scale, b_scale, index, names: tuple, out, dtype) -> No
     """The rules both layouts share (operands, index, scales, output); the scale shapes are the
     layouts' own. ``names`` names the inputs, the index last."""
     device, index_arg = a.device, names[-1]
-    check_device(b, "b", device, "a")
-    check_device(index, index_arg, device, "a")
+    if b.device != device:
+        check_device(b, "b", device, "a")
+    if index.device != device:
+        check_device(index, index_arg, device, "a")
     _check_operand(a, "a")
     _check_operand(b, "b")
     if index.dtype != _INT32:
@@ -183,13 +185,8 @@ def group_deepgemm_fp8_nt_groupwise(
     m, k = a_shape
     if out is None:
         out = torch.empty((m, b_shape[1]), dtype=dtype, device=a.device)
-    if m == 0 or b_shape[1] == 0:
-        return out
-    if k == 0:
-        valid = (m_indices >= 0) & (m_indices < b_shape[0])
-        return out.masked_fill_(valid.unsqueeze(1), 0)
-    DISPATCH.module(a.device).group_gemm_contiguous(GroupedContiguous(a, b, a_scale, b_scale, m_indices, out))
-    return out
+    call = GroupedContiguous(a, b, a_scale, b_scale, m_indices, out)
+    return run(DISPATCH.module(a.device).group_gemm_contiguous, call, k)
 
 
 @flashinfer_api

@@ -8,7 +8,10 @@ README's tables and ``python -m flashinfer show-config`` are generated from it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
+
+import torch
 
 from flashinfer._core.dispatch import Dispatcher
 
@@ -60,6 +63,22 @@ def _load_mate():
 
 
 DISPATCH = Dispatcher("flashinfer.gemm", reference=_load_reference, cuda=_load_cuda, mate=_load_mate)
+
+
+def run(launch: Callable, call, k: int) -> torch.Tensor:
+    """The ending every GEMM API shares: compute the validated record ``call`` (``k`` its depth)
+    with ``launch`` (an implementation's function, e.g. ``DISPATCH.module(device).bmm``) and
+    return ``call.out``. An empty ``out`` is returned as is; at ``k == 0`` every dot product sums
+    nothing, and the record's ``zero_fill`` writes that result where the op writes."""
+    out = call.out
+    if out.numel() == 0:
+        return out
+    if k == 0:
+        call.zero_fill()
+    else:
+        launch(call)
+    return out
+
 
 _FP8_BELOW_SM89 = "; the reference below compute capability 8.9"
 # the dense Gluon GEMM and bmm trail cuBLASLt: they run only when FLASHINFER_KERNEL_TIER=gluon asks;

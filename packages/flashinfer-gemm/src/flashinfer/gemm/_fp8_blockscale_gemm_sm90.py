@@ -101,7 +101,8 @@ def _check_input_weight_scales(input_dtype, weight_dtype, input_scale, weight_sc
             )
         if weight_scale.dtype != torch.float32:
             raise ValueError(f"weight_scale must be float32, got {weight_scale.dtype}")
-        check_device(weight_scale, "weight_scale", device, "input")
+        if weight_scale.device != device:
+            check_device(weight_scale, "weight_scale", device, "input")
     else:
         if weight_dtype != _BF16:
             raise ValueError(
@@ -217,7 +218,8 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
         dtype = _output_dtype(out, out_dtype, M, N, device)
         # what upstream's kernel assumes without checking: one device, K-major operands, an
         # `out` that does not share memory with the operands
-        check_device(weight, "weight", device, "input")
+        if weight.device != device:
+            check_device(weight, "weight", device, "input")
         check_k_major(input, "input")
         check_k_major(weight, "weight")
         if out is not None:
@@ -234,9 +236,7 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
         raise
     if out is None:
         out = torch.empty((M, N), dtype=dtype, device=device)
-    if M == 0 or N == 0:
-        return out
-    if K == 0:
+    if out.numel() == 0 or K == 0:  # nothing to quantize or multiply: the sum over no k is 0
         return out.zero_()
     impl = DISPATCH.module(device)
     k_blocks = K // _BLOCK

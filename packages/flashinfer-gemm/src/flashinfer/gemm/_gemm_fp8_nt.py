@@ -21,12 +21,12 @@ from flashinfer._core.checks import (
     require_tensors,
 )
 from flashinfer._core.compile import is_compiling
-from flashinfer._core.constants import E4M3_MAX, OUTPUT_SCALE_BLOCK, OUTPUT_SCALE_FLOOR
+from flashinfer._core.constants import OUTPUT_SCALE_BLOCK
 from flashinfer.api_logging import flashinfer_api
 
 from ._args import Groupwise
 from ._backends import GEMM_FP8_NT_BLOCKSCALED, GEMM_FP8_NT_GROUPWISE
-from ._dispatch import DISPATCH
+from ._dispatch import DISPATCH, run
 
 _E4M3 = torch.float8_e4m3fn
 _BF16 = torch.bfloat16
@@ -216,7 +216,8 @@ def gemm_fp8_nt_groupwise(
             if b_shape[1] != a_shape[1]:
                 expected = f"shape (n, {a_shape[1]}) (shape mismatch. a.shape[1] = {a_shape[1]})"
                 fail(ValueError, "b", expected, f"shape {tuple(b_shape)}")
-            check_device(b, "b", device, "a")
+            if b.device != device:
+                check_device(b, "b", device, "a")
             check_fp8(a, "a")
             check_fp8(b, "b")
             check_k_major(a, "a")
@@ -265,16 +266,8 @@ def gemm_fp8_nt_groupwise(
         raise
     if out is None:
         out = torch.empty((m, n), dtype=dtype, device=device)
-    if m == 0 or n == 0:
-        return out
-    if k == 0:
-        if output_scale is not None:
-            output_scale.fill_(OUTPUT_SCALE_FLOOR / E4M3_MAX)
-        return out.zero_()
-    DISPATCH.module(device).gemm_groupwise(
-        Groupwise(a, b, a_scale, b_scale, a_mn, b_mn, gm, gn, gk, out, output_scale)
-    )
-    return out
+    call = Groupwise(a, b, a_scale, b_scale, a_mn, b_mn, gm, gn, gk, out, output_scale)
+    return run(DISPATCH.module(device).gemm_groupwise, call, k)
 
 
 @flashinfer_api

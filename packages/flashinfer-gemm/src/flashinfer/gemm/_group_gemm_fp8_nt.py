@@ -18,8 +18,8 @@ from flashinfer.api_logging import flashinfer_api
 
 from ._args import GroupedSegments
 from ._backends import GROUP_GEMM_FP8_NT_GROUPWISE
-from ._dispatch import DISPATCH
-from ._group_gemm_segments import row_block_scales, rows_in_segments
+from ._dispatch import DISPATCH, run
+from ._group_gemm_segments import row_block_scales
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _FLOAT32 = torch.float32
@@ -163,8 +163,10 @@ def group_gemm_fp8_nt_groupwise(
                 fail(ValueError, "scale_granularity_mnk", expected, str(granularity))
             if backend in GROUP_GEMM_FP8_NT_GROUPWISE.rules:
                 GROUP_GEMM_FP8_NT_GROUPWISE.enforce(backend, scale_major_mode, granularity)
-            check_device(b, "b", device, "a")
-            check_device(m_indptr, "m_indptr", device, "a")
+            if b.device != device:
+                check_device(b, "b", device, "a")
+            if m_indptr.device != device:
+                check_device(m_indptr, "m_indptr", device, "a")
             check_k_major(a, "a")
             check_k_major(b, "b")
             groups, n, k = b_shape
@@ -188,13 +190,11 @@ def group_gemm_fp8_nt_groupwise(
         raise
     if out is None:
         out = torch.empty((m, n), dtype=dtype, device=device)
-    if m == 0 or n == 0 or groups == 0:
+    if groups == 0:
         return out
-    if k == 0:
-        return out.masked_fill_(rows_in_segments(m_indptr, m).unsqueeze(1), 0)
     a_view, b_view = _scale_views(a_scale, b_scale, m_indptr, m, scale_major_mode, granularity[0])
-    DISPATCH.module(device).group_gemm_segments(GroupedSegments(a, b, a_view, b_view, m_indptr, out))
-    return out
+    call = GroupedSegments(a, b, a_view, b_view, m_indptr, out)
+    return run(DISPATCH.module(device).group_gemm_segments, call, k)
 
 
 def _check_upstream_dtypes(a, b, a_scale, b_scale, m_indptr) -> None:
