@@ -54,20 +54,6 @@ def test_signature_is_v0617_plus_head_keyword_plus_metadata():
     assert all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params)
 
 
-def test_decode_options_are_built_and_read_by_name():
-    """The record the cache forms read is keyword-only (a field order change cannot shift a value
-    into another field) and its fields are the public function's parameters, same names."""
-    from dataclasses import fields
-
-    from flashinfer.mla._args import DecodeOptions
-
-    names = [f.name for f in fields(DecodeOptions)]
-    assert set(names) <= set(inspect.signature(trtllm_batch_decode_with_kv_cache_mla).parameters)
-    assert all(f.kw_only for f in fields(DecodeOptions)) and "__slots__" in vars(DecodeOptions)
-    with pytest.raises(TypeError):
-        DecodeOptions(*names)
-
-
 def _run(sample, **changes):
     return trtllm_batch_decode_with_kv_cache_mla(**{**sample.kwargs, **changes})
 

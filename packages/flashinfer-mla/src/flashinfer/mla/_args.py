@@ -9,13 +9,9 @@ implementations that read them: a view costs host time (``benchmarks/RESULTS.md`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
-
-if TYPE_CHECKING:  # _metadata imports _dispatch, which imports this module
-    from ._metadata import DecodeMetadata
 
 
 class Rope(NamedTuple):
@@ -57,42 +53,6 @@ class Rope(NamedTuple):
     k_rope_out: torch.Tensor
     q_nope_out: torch.Tensor
     k_nope_out: torch.Tensor
-
-
-@dataclass(slots=True, kw_only=True)
-class DecodeOptions:
-    """The arguments of ``trtllm_batch_decode_with_kv_cache_mla`` that a cache form's ``check``
-    reads, as the caller passed them (nothing validated yet but the options every form shares:
-    ``backend``, ``max_q_len``, the DCP options, ``use_fp16_softmax``).
-
-    Built by keyword and read by name: each cache form (``_unpacked_decode``: rows in the query's
-    dtype; ``_packed_decode``: the 656-byte rows) has a ``check(options)`` that reads the fields
-    it needs, validates them by its own rules, allocates the outputs and returns the
-    :class:`Decode` record. The fields keep the public names and types (see the public
-    function's docstring); the annotations say what the caller should pass, not what was checked.
-    """
-
-    query: torch.Tensor
-    kv_cache: torch.Tensor
-    workspace_buffer: torch.Tensor
-    kv_lora_rank: int
-    qk_rope_head_dim: int
-    block_tables: torch.Tensor
-    seq_lens: torch.Tensor | None
-    sparse_mla_top_k: int
-    out: torch.Tensor | None
-    bmm1_scale: float | torch.Tensor
-    bmm2_scale: float | torch.Tensor
-    sinks: torch.Tensor | list[torch.Tensor] | None
-    skip_softmax_threshold_scale_factor: float | None
-    uses_shared_paged_kv_idx: bool
-    lse: torch.Tensor | None
-    return_lse: bool
-    kv_scale_format: str
-    cum_seq_lens_q: torch.Tensor | None
-    multi_ctas_kv_counter_buffer: torch.Tensor | None
-    sparse_mla_top_k_lens: torch.Tensor | None
-    metadata: DecodeMetadata | None
 
 
 class Decode(NamedTuple):

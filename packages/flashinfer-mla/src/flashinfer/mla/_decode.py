@@ -16,7 +16,6 @@ from .._core.checks import describe, fail
 from .._core.compile import is_compiling
 from ..api_logging import flashinfer_api
 from . import _checks, _packed_decode, _unpacked_decode
-from ._args import DecodeOptions
 from ._dispatch import DISPATCH
 from ._metadata import DecodeMetadata
 
@@ -221,37 +220,58 @@ def trtllm_batch_decode_with_kv_cache_mla(
         _checks.reject_parallel_options(enable_dcp, cp_world, cp_rank, causal_seqlens_kv_global)
     if use_fp16_softmax is not None and not isinstance(use_fp16_softmax, bool):
         fail(ValueError, "use_fp16_softmax", "None or a bool", describe(use_fp16_softmax))
-    options = DecodeOptions(
-        query=query,
-        kv_cache=kv_cache,
-        workspace_buffer=workspace_buffer,
-        kv_lora_rank=kv_lora_rank,
-        qk_rope_head_dim=qk_rope_head_dim,
-        block_tables=block_tables,
-        seq_lens=seq_lens,
-        sparse_mla_top_k=sparse_mla_top_k,
-        out=out,
-        bmm1_scale=bmm1_scale,
-        bmm2_scale=bmm2_scale,
-        sinks=sinks,
-        skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor,
-        uses_shared_paged_kv_idx=uses_shared_paged_kv_idx,
-        lse=lse,
-        return_lse=return_lse,
-        kv_scale_format=kv_scale_format,
-        cum_seq_lens_q=cum_seq_lens_q,
-        multi_ctas_kv_counter_buffer=multi_ctas_kv_counter_buffer,
-        sparse_mla_top_k_lens=sparse_mla_top_k_lens,
-        metadata=metadata,
-    )
 
     # ---- the cache form's rules and record, then one call into the device's implementation
     if isinstance(kv_cache, torch.Tensor) and kv_cache.dtype == _PACKED_DTYPE:
-        call, result = _packed_decode.check(options)  # upstream's `sparse` backend form
+        # upstream's `sparse` backend form
+        call, result = _packed_decode.check(
+            query,
+            kv_cache,
+            workspace_buffer,
+            kv_lora_rank,
+            qk_rope_head_dim,
+            block_tables,
+            seq_lens,
+            sparse_mla_top_k,
+            out,
+            bmm1_scale,
+            bmm2_scale,
+            sinks,
+            skip_softmax_threshold_scale_factor,
+            uses_shared_paged_kv_idx,
+            lse,
+            return_lse,
+            kv_scale_format,
+            cum_seq_lens_q,
+            multi_ctas_kv_counter_buffer,
+            sparse_mla_top_k_lens,
+            metadata,
+        )
         if call is not None:
             DISPATCH.module(query.device).packed_sparse_decode(call)
         return result
-    call, result = _unpacked_decode.check(options)
+    call, result = _unpacked_decode.check(
+        query,
+        kv_cache,
+        workspace_buffer,
+        kv_lora_rank,
+        qk_rope_head_dim,
+        block_tables,
+        seq_lens,
+        sparse_mla_top_k,
+        out,
+        bmm1_scale,
+        bmm2_scale,
+        sinks,
+        skip_softmax_threshold_scale_factor,
+        uses_shared_paged_kv_idx,
+        lse,
+        return_lse,
+        cum_seq_lens_q,
+        multi_ctas_kv_counter_buffer,
+        sparse_mla_top_k_lens,
+        metadata,
+    )
     if call is not None:
         impl = DISPATCH.module(query.device)
         if sparse_mla_top_k:

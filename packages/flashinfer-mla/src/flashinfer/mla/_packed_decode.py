@@ -28,7 +28,7 @@ import torch
 
 from .._core.checks import check_device, fail, require_tensors
 from . import _checks
-from ._args import Decode, DecodeOptions
+from ._args import Decode
 from ._metadata import check_metadata
 from ._packed_cache import KV_SCALE_FORMATS, NOPE, ROPE, ROW_BYTES
 
@@ -39,15 +39,35 @@ _FORM = "SM120 sparse MLA v32/GLM"
 MAX_HEADS = 128
 
 
-def check(options: DecodeOptions) -> tuple[Decode | None, object]:
+def check(
+    query,
+    kv_cache,
+    workspace_buffer,
+    kv_lora_rank,
+    qk_rope_head_dim,
+    block_tables,
+    seq_lens,
+    sparse_mla_top_k,
+    out,
+    bmm1_scale,
+    bmm2_scale,
+    sinks,
+    skip_softmax_threshold_scale_factor,
+    uses_shared_paged_kv_idx,
+    lse,
+    return_lse,
+    kv_scale_format,
+    cum_seq_lens_q,
+    multi_ctas_kv_counter_buffer,
+    sparse_mla_top_k_lens,
+    metadata,
+) -> tuple[Decode | None, object]:
     """Validate a call on the packed cache (``kv_cache`` is uint8) and make its record: returns
     ``(call, result)`` like :func:`._unpacked_decode.check` (``call.seq_lens`` holds the per-token
-    top-k lengths, or None: every column)."""
-    o = options
-    query, kv_cache, workspace, block_tables = o.query, o.kv_cache, o.workspace_buffer, o.block_tables
-    kv_lora_rank, rope_dim, topk = o.kv_lora_rank, o.qk_rope_head_dim, o.sparse_mla_top_k
-    bmm1_scale, bmm2_scale, seq_lens, out, lse = o.bmm1_scale, o.bmm2_scale, o.seq_lens, o.out, o.lse
-    sinks, metadata, counter_buffer = o.sinks, o.metadata, o.multi_ctas_kv_counter_buffer
+    top-k lengths, or None: every column). The parameters are the public function's, same names,
+    in its order (``tests/mla/test_decode_options.py``)."""
+    workspace, rope_dim, topk = workspace_buffer, qk_rope_head_dim, sparse_mla_top_k
+    counter_buffer = multi_ctas_kv_counter_buffer
     # ---- options, in upstream's order
     if (
         type(bmm1_scale) is not float
@@ -56,19 +76,19 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         or bmm2_scale != 1.0
     ):
         _check_packed_scales(bmm1_scale, bmm2_scale)
-    if o.sparse_mla_top_k_lens is not None:
+    if sparse_mla_top_k_lens is not None:
         raise ValueError(
             "sparse_mla_top_k_lens is only supported by the native qk_rope_head_dim=0 MLA path, not with "
             "the packed 656-byte kv_cache (pass the per-token top-k lengths as seq_lens)"
         )
     if type(topk) is not int or topk <= 0:
         raise ValueError(f"{_FORM} requires sparse_mla_top_k > 0, got {topk!r}")
-    if o.skip_softmax_threshold_scale_factor is not None:
+    if skip_softmax_threshold_scale_factor is not None:
         raise ValueError("skip_softmax is not supported for sparse MLA")
-    if not o.uses_shared_paged_kv_idx:
+    if not uses_shared_paged_kv_idx:
         raise ValueError(f"{_FORM} expects shared sparse page indices (uses_shared_paged_kv_idx=True)")
-    if o.kv_scale_format not in KV_SCALE_FORMATS:
-        check_scale_format(o.kv_scale_format)
+    if kv_scale_format not in KV_SCALE_FORMATS:
+        check_scale_format(kv_scale_format)
 
     # ---- tensors, in upstream's order
     try:
@@ -92,9 +112,9 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         lengths = None if seq_lens is None else _token_lengths(seq_lens, batch, q_len, device)
         if heads > MAX_HEADS:
             raise ValueError(f"Expected num_heads <= {MAX_HEADS}, got {heads}")
-        if o.cum_seq_lens_q is not None:
+        if cum_seq_lens_q is not None:
             expected = "None with the packed kv_cache (its query is [batch, q_len, ...])"
-            fail(ValueError, "cum_seq_lens_q", expected, o.cum_seq_lens_q)
+            fail(ValueError, "cum_seq_lens_q", expected, cum_seq_lens_q)
         if sinks is not None:
             sinks = _checks.check_sinks(sinks, heads, device)
         if counter_buffer is not None:
@@ -124,9 +144,9 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
     # ---- outputs, the record
     if out is None:
         out = out4 = torch.empty(out_shape, dtype=torch.bfloat16, device=device)
-    if lse is None and o.return_lse:
+    if lse is None and return_lse:
         lse = torch.empty(batch * q_len, heads, dtype=torch.float32, device=device)
-    result = (out, lse) if o.return_lse else out
+    result = (out, lse) if return_lse else out
     if batch * q_len * heads == 0:
         return None, result
     plan = None if metadata is None else metadata.plan

@@ -14,7 +14,7 @@ import torch
 
 from .._core.checks import describe, fail, require_tensors
 from . import _checks
-from ._args import Decode, DecodeOptions
+from ._args import Decode
 from ._metadata import check_metadata
 
 __all__ = ["check"]
@@ -30,8 +30,30 @@ _OPTIONAL_TENSORS = (
 )
 
 
-def check(options: DecodeOptions) -> tuple[Decode | None, object]:
-    """Validate a call on the unpacked cache and make its record.
+def check(
+    query,
+    kv_cache,
+    workspace_buffer,
+    kv_lora_rank,
+    qk_rope_head_dim,
+    block_tables,
+    seq_lens,
+    sparse_mla_top_k,
+    out,
+    bmm1_scale,
+    bmm2_scale,
+    sinks,
+    skip_softmax_threshold_scale_factor,
+    uses_shared_paged_kv_idx,
+    lse,
+    return_lse,
+    cum_seq_lens_q,
+    multi_ctas_kv_counter_buffer,
+    sparse_mla_top_k_lens,
+    metadata,
+) -> tuple[Decode | None, object]:
+    """Validate a call on the unpacked cache and make its record. The parameters are the public
+    function's, same names, in its order (``tests/mla/test_decode_options.py``).
 
     Returns
     -------
@@ -40,12 +62,12 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         is nothing to compute) and what the public function returns (``out``, or ``(out, lse)``
         with ``return_lse``).
     """
-    o = options
-    query, kv_cache, workspace, block_tables = o.query, o.kv_cache, o.workspace_buffer, o.block_tables
-    kv_lora_rank, rope_dim, topk = o.kv_lora_rank, o.qk_rope_head_dim, o.sparse_mla_top_k
-    seq_lens, topk_lens, cum_seq_lens_q = o.seq_lens, o.sparse_mla_top_k_lens, o.cum_seq_lens_q
-    out, lse, sinks, metadata = o.out, o.lse, o.sinks, o.metadata
-    counter_buffer, skip_softmax = o.multi_ctas_kv_counter_buffer, o.skip_softmax_threshold_scale_factor
+    workspace, rope_dim, topk, topk_lens = (
+        workspace_buffer,
+        qk_rope_head_dim,
+        sparse_mla_top_k,
+        sparse_mla_top_k_lens,
+    )
     # ---- options, in FlashInfer's order
     if (kv_lora_rank, rope_dim) not in _checks.MLA_DIMS:
         raise ValueError(
@@ -63,9 +85,9 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         raise ValueError("sparse_mla_top_k_lens is only supported with the native (512, 0) MLA dimensions")
     if sparse and topk % 4:
         raise RuntimeError(f"SparseMlaTopK must be a multiple of 4, got sparse_mla_top_k={topk}")
-    if sparse and skip_softmax is not None:
+    if sparse and skip_softmax_threshold_scale_factor is not None:
         raise ValueError("skip_softmax is not supported for sparse MLA")
-    if not o.uses_shared_paged_kv_idx:
+    if not uses_shared_paged_kv_idx:
         raise NotImplementedError(
             "uses_shared_paged_kv_idx=False (separate K and V page tables) is not served by this build; "
             "MLA reads K and V from the same cache rows, pass one shared page table"
@@ -77,8 +99,8 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         q_shape = query.shape
         _checks.check_query_and_cache(query, q_shape, kv_cache, kv_lora_rank, rope_dim, compact, sparse)
         device = query.device
-        bmm1 = _checks.check_decode_scale(o.bmm1_scale, "bmm1_scale", device)
-        bmm2 = _checks.check_decode_scale(o.bmm2_scale, "bmm2_scale", device)
+        bmm1 = _checks.check_decode_scale(bmm1_scale, "bmm1_scale", device)
+        bmm2 = _checks.check_decode_scale(bmm2_scale, "bmm2_scale", device)
         if seq_lens is None:
             expected = "an int32 [batch] tensor (seq_lens is required by every backend)"
             fail(ValueError, "seq_lens", expected, "None")
@@ -96,8 +118,8 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
             _checks.check_sparse_indices(block_tables, (*q_shape[:-2], topk), device)
         else:
             _checks.check_dense_tables(block_tables, batch, device)
-        if counter_buffer is not None:
-            _checks.check_counter_buffer(counter_buffer, batch, heads, device)
+        if multi_ctas_kv_counter_buffer is not None:
+            _checks.check_counter_buffer(multi_ctas_kv_counter_buffer, batch, heads, device)
         if sinks is not None:
             sinks = _checks.check_sinks(sinks, heads, device)
         if compact:
@@ -115,7 +137,20 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         if lse is not None:
             _checks.check_lse(lse, rows * q_len, q_len, heads, device)
     except AttributeError:
-        _name_non_tensor(options)
+        require_tensors(
+            ValueError,
+            query=query,
+            kv_cache=kv_cache,
+            workspace_buffer=workspace_buffer,
+            block_tables=block_tables,
+            seq_lens=seq_lens,
+            out=out,
+            lse=lse,
+            multi_ctas_kv_counter_buffer=multi_ctas_kv_counter_buffer,
+            cum_seq_lens_q=cum_seq_lens_q,
+            sparse_mla_top_k_lens=sparse_mla_top_k_lens,
+            optional=_OPTIONAL_TENSORS,
+        )
         raise
 
     # ---- outputs (allocated contiguous; views only where the rank changes: each costs host time)
@@ -123,9 +158,9 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
         out = out4 = torch.empty(out_shape, dtype=torch.bfloat16, device=device)
     if compact:
         out4 = out4.view(rows, q_len, heads, kv_lora_rank)
-    if lse is None and o.return_lse:
+    if lse is None and return_lse:
         lse = torch.empty(rows * q_len, heads, dtype=torch.float32, device=device)
-    result = (out, lse) if o.return_lse else out
+    result = (out, lse) if return_lse else out
     if rows * q_len * heads == 0:
         return None, result
 
@@ -155,25 +190,6 @@ def check(options: DecodeOptions) -> tuple[Decode | None, object]:
     return Decode._make(
         (query4, kv_cache, indices, seq, bmm1, bmm2, sinks, out4, lse4, plan, workspace)
     ), result
-
-
-def _name_non_tensor(options: DecodeOptions) -> None:
-    """Raise ``ValueError`` naming the first argument that should be a tensor and is not."""
-    o = options
-    require_tensors(
-        ValueError,
-        query=o.query,
-        kv_cache=o.kv_cache,
-        workspace_buffer=o.workspace_buffer,
-        block_tables=o.block_tables,
-        seq_lens=o.seq_lens,
-        out=o.out,
-        lse=o.lse,
-        multi_ctas_kv_counter_buffer=o.multi_ctas_kv_counter_buffer,
-        cum_seq_lens_q=o.cum_seq_lens_q,
-        sparse_mla_top_k_lens=o.sparse_mla_top_k_lens,
-        optional=_OPTIONAL_TENSORS,
-    )
 
 
 def _compact_rows(seq_lens: torch.Tensor, cum_seq_lens_q: torch.Tensor, total_q: int):
