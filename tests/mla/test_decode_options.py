@@ -20,15 +20,15 @@ from flashinfer.mla import _decode, _packed_decode, _unpacked_decode
 FORMS = {"_packed_decode": _packed_decode.check, "_unpacked_decode": _unpacked_decode.check}
 
 
-def _calls_of_check() -> dict[str, ast.Call]:
-    """The ``<form>.check(...)`` calls in the public function's module, by form."""
-    calls = {}
-    for node in ast.walk(ast.parse(inspect.getsource(_decode))):
-        func = getattr(node, "func", None)
-        if isinstance(func, ast.Attribute) and func.attr == "check" and isinstance(func.value, ast.Name):
-            assert func.value.id not in calls, f"{func.value.id}.check is called in one place"
-            calls[func.value.id] = node
-    return calls
+def _call_of_check() -> ast.Call:
+    """The one ``form.check(...)`` call in the public function's module."""
+    calls = [
+        node
+        for node in ast.walk(ast.parse(inspect.getsource(_decode)))
+        if isinstance(getattr(node, "func", None), ast.Attribute) and node.func.attr == "check"
+    ]
+    assert len(calls) == 1, "a cache form's check is called in one place"
+    return calls[0]
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))
@@ -41,7 +41,7 @@ def test_check_takes_public_parameters_in_public_order(form):
 
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_each_position_gets_the_argument_of_its_name(form):
-    call = _calls_of_check()[form]
+    call = _call_of_check()
     assert not call.keywords
     passed = [arg.id if isinstance(arg, ast.Name) else ast.unparse(arg) for arg in call.args]
     assert passed == list(inspect.signature(FORMS[form]).parameters)

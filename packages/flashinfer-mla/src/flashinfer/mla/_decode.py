@@ -222,35 +222,10 @@ def trtllm_batch_decode_with_kv_cache_mla(
         fail(ValueError, "use_fp16_softmax", "None or a bool", describe(use_fp16_softmax))
 
     # ---- the cache form's rules and record, then one call into the device's implementation
-    if isinstance(kv_cache, torch.Tensor) and kv_cache.dtype == _PACKED_DTYPE:
-        # upstream's `sparse` backend form
-        call, result = _packed_decode.check(
-            query,
-            kv_cache,
-            workspace_buffer,
-            kv_lora_rank,
-            qk_rope_head_dim,
-            block_tables,
-            seq_lens,
-            sparse_mla_top_k,
-            out,
-            bmm1_scale,
-            bmm2_scale,
-            sinks,
-            skip_softmax_threshold_scale_factor,
-            uses_shared_paged_kv_idx,
-            lse,
-            return_lse,
-            kv_scale_format,
-            cum_seq_lens_q,
-            multi_ctas_kv_counter_buffer,
-            sparse_mla_top_k_lens,
-            metadata,
-        )
-        if call is not None:
-            DISPATCH.module(query.device).packed_sparse_decode(call)
-        return result
-    call, result = _unpacked_decode.check(
+    # the 656-byte rows are upstream's `sparse` backend form
+    packed = isinstance(kv_cache, torch.Tensor) and kv_cache.dtype == _PACKED_DTYPE
+    form = _packed_decode if packed else _unpacked_decode
+    call, result = form.check(
         query,
         kv_cache,
         workspace_buffer,
@@ -267,6 +242,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
         uses_shared_paged_kv_idx,
         lse,
         return_lse,
+        kv_scale_format,
         cum_seq_lens_q,
         multi_ctas_kv_counter_buffer,
         sparse_mla_top_k_lens,
@@ -274,7 +250,9 @@ def trtllm_batch_decode_with_kv_cache_mla(
     )
     if call is not None:
         impl = DISPATCH.module(query.device)
-        if sparse_mla_top_k:
+        if packed:
+            impl.packed_sparse_decode(call)
+        elif sparse_mla_top_k:
             impl.sparse_decode(call)
         else:
             impl.dense_decode(call)

@@ -47,13 +47,16 @@ def check(
     uses_shared_paged_kv_idx,
     lse,
     return_lse,
+    kv_scale_format,
     cum_seq_lens_q,
     multi_ctas_kv_counter_buffer,
     sparse_mla_top_k_lens,
     metadata,
 ) -> tuple[Decode | None, object]:
     """Validate a call on the unpacked cache and make its record. The parameters are the public
-    function's, same names, in its order (``tests/mla/test_decode_options.py``).
+    function's, same names, in its order, the same as :func:`._packed_decode.check`'s
+    (``tests/mla/test_decode_options.py``); ``kv_scale_format`` is the packed cache's option and
+    is not read here.
 
     Returns
     -------
