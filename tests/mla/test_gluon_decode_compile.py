@@ -79,6 +79,7 @@ def _compile(variant):
         "D_V": 512, "D_ROPE": 64, "PAGE_SIZE": page, "BLOCK_N": config.block_n, "STAGES": config.stages,
         "SPLIT": split, "HAS_SINKS": extras, "HAS_LSE": True, "SCALE1_ON_DEVICE": extras,
         "SCALE2_ON_DEVICE": extras, "SLOT_PAGE": slot_page,
+        "QK_CHAINS": kernels.QK_CHAINS_FP8 if dtype == "e4m3" else 1,
     }  # fmt: skip
     # what the launch specializes on: 16-byte aligned pointers and row strides (the launcher
     # takes the Gluon kernel only for such key rows; 576-wide rows give such strides)

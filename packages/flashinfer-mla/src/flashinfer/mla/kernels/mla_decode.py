@@ -76,6 +76,12 @@ _CAUSAL = tl.constexpr(Lengths.CAUSAL.value)
 _PER_TOKEN = tl.constexpr(Lengths.PER_TOKEN.value)
 
 
+# FP8 Q K^T dots add their partial sums into float32 every this many columns, or once a dot
+# (Triton's max_num_imprecise_acc; sm_90's wgmma only): Hopper keeps an FP8 chain's running sum at reduced
+# precision, and the 576-column chain missed the op table's LSE rule (benchmarks/decode_qk_precision.py).
+QK_IMPRECISE_ACC = 64
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodeConfig:
     """Tile shape and launch parameters of one decode kernel variant.
@@ -153,11 +159,11 @@ def _packed_latent_half(row_ptr, dh, valid, HALF: tl.constexpr, D_V: tl.constexp
 
 
 @triton.jit
-def _scores(q, k, acc, UPCAST_QK: tl.constexpr):
+def _scores(q, k, acc, UPCAST_QK: tl.constexpr, QK_IMPRECISE_ACC: tl.constexpr):
     # one slice of the scores: [BLOCK_H, BLOCK_N] += q k^T
     if UPCAST_QK:
         k = k.to(tl.bfloat16)
-    return tl.dot(q, tl.trans(k), acc)
+    return tl.dot(q, tl.trans(k), acc, max_num_imprecise_acc=min(QK_IMPRECISE_ACC, k.shape[1]))
 
 
 @triton.jit
@@ -207,6 +213,7 @@ def mla_decode_kernel(
     SCALE1_ON_DEVICE: tl.constexpr,
     SCALE2_ON_DEVICE: tl.constexpr,
     UPCAST_QK: tl.constexpr,
+    QK_IMPRECISE_ACC: tl.constexpr,
     PACKED: tl.constexpr,
     LENGTH_MODE: tl.constexpr,
     SINK_IN_LSE: tl.constexpr,
@@ -280,15 +287,15 @@ def mla_decode_kernel(
         else:
             k_lo = tl.load(kv_row + dh[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, D_V / 2]
             k_hi = tl.load(kv_row + D_V // 2 + dh[None, :], mask=valid[:, None], other=0.0)
-        s = _scores(q_lo, k_lo, None, UPCAST_QK)
-        s = _scores(q_hi, k_hi, s, UPCAST_QK)
+        s = _scores(q_lo, k_lo, None, UPCAST_QK, QK_IMPRECISE_ACC)
+        s = _scores(q_hi, k_hi, s, UPCAST_QK, QK_IMPRECISE_ACC)
         if D_ROPE > 0:
             if PACKED:  # bf16 values after the codes and the four scales
                 rope_row = (kv_row + D_V + 4 * (D_V // 128)).to(tl.pointer_type(tl.bfloat16))
             else:
                 rope_row = kv_row + D_V
             k_rope = tl.load(rope_row + dr[None, :], mask=valid[:, None], other=0.0)
-            s = _scores(q_rope, k_rope, s, UPCAST_QK)
+            s = _scores(q_rope, k_rope, s, UPCAST_QK, QK_IMPRECISE_ACC)
         s = tl.where(valid[None, :], s * scale_log2, float("-inf"))
 
         # online softmax; a row with nothing seen yet keeps m = -inf, exponentiated against 0
@@ -429,7 +436,7 @@ def mla_decode(
         BLOCK_H=config.block_h, BLOCK_N=config.block_n, SPLIT=num_splits > 1,
         HAS_SINKS=call.sinks is not None, HAS_LSE=call.lse is not None,
         SCALE1_ON_DEVICE=host.scale1_on_device, SCALE2_ON_DEVICE=host.scale2_on_device,
-        UPCAST_QK=fp8 and config.upcast_qk, PACKED=packed, LENGTH_MODE=lengths.value, SINK_IN_LSE=packed,
+        UPCAST_QK=fp8 and config.upcast_qk, QK_IMPRECISE_ACC=QK_IMPRECISE_ACC, PACKED=packed, LENGTH_MODE=lengths.value, SINK_IN_LSE=packed,
         SLOT_PAGE=rows.slot_page, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if num_splits > 1:

@@ -17,7 +17,9 @@ fill the M of a wgmma; fewer heads are padded). Its twelve warps form three part
   copies are predicated off and land as zeros); a per-key bias row (0, or -inf for them) goes
   beside each stage.
 - **score** (the default warpgroup): ``S = Q K^T`` as asynchronous wgmma (FP8 x FP8 for e4m3;
-  the query is staged in shared memory once), bias, online softmax in the exp2 domain, and
+  the query is staged in shared memory once; FP8 as four chains of 128 latent columns, each
+  from a fresh accumulator and added in float32, because Hopper keeps an FP8 chain's running
+  sum at reduced precision), bias, online softmax in the exp2 domain, and
   ``P`` into a double-buffered shared tile for both warpgroups. The running maximum is raised
   only when a row's grows by more than 2^8 (so ``P <= 256``); only then is the output rescaled,
   by a factor handed over with ``P``. With a lazy maximum no ``P`` is exactly 1, so its rounding
@@ -84,6 +86,10 @@ class GluonDecodeConfig:
 FP8_CONFIG = GluonDecodeConfig(block_n=64, stages=2)
 BF16_CONFIG = GluonDecodeConfig(block_n=32, stages=3)
 GATHER_WARPS = gl.constexpr(4)
+# FP8 Q K^T as four wgmma chains summed in float32: Hopper keeps an FP8 chain's running sum at
+# reduced precision, and one 576-column chain missed the op table's LSE rule
+# (benchmarks/decode_qk_precision.py; benchmarks/notes_gluon_decode.md). BF16 takes one chain.
+QK_CHAINS_FP8 = 4
 
 
 @gluon.constexpr_function
@@ -188,13 +194,52 @@ def _p_times_v(p_ring, buf, v, acc, P_PARTS: gl.constexpr):
 
 
 @gluon.jit
+def _chain(q_lat, lat, acc, C0: gl.constexpr, C1: gl.constexpr):
+    # Q K^T over latent columns C0 .. C1 into `acc`'s registers, its value unused
+    return warpgroup_mma(
+        q_lat.slice(C0, C1 - C0, dim=1),
+        lat.slice(C0, C1 - C0, dim=1).permute((1, 0)),
+        acc,
+        use_acc=False,
+        is_async=True,
+    )
+
+
+@gluon.jit
+def _scores(q_lat, q_rope, lat, rope, s_zero, QK_CHAINS: gl.constexpr):
+    # S = Q K^T over the latent and rope columns: one wgmma chain, or four chains of a quarter
+    # of the latent columns each (rope with the last) summed in float32, two accumulators live
+    D_V: gl.constexpr = q_lat.shape[1]
+    if QK_CHAINS == 1:
+        s = _chain(q_lat, lat, s_zero, 0, D_V)
+        s = warpgroup_mma(q_rope, rope.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    else:
+        gl.static_assert(QK_CHAINS == 4, "Q K^T runs as one chain or four")
+        C: gl.constexpr = D_V // 4
+        s = _chain(q_lat, lat, s_zero, 0, C)
+        t = _chain(q_lat, lat, s_zero, C, 2 * C)
+        s, t = warpgroup_mma_wait(num_outstanding=0, deps=(s, t))
+        s = s + t
+        # the spent accumulator is the next chain's (use_acc=False): no third tile of registers
+        t = _chain(q_lat, lat, t, 2 * C, 3 * C)
+        t = warpgroup_mma_wait(num_outstanding=0, deps=(t,))
+        s = s + t
+        t = _chain(q_lat, lat, t, 3 * C, D_V)
+        t = warpgroup_mma(q_rope, rope.permute((1, 0)), t, is_async=True)
+        t = warpgroup_mma_wait(num_outstanding=0, deps=(t,))
+        s = s + t
+    return s
+
+
+@gluon.jit
 def _score_partition(
     q_lat, q_rope, lat_ring, rope_ring, bias_ring, v16, p_ring, alpha_ring, ready, empty,
     p_ready, p_free, o_scale_smem, done,
     start, end, scale_log2, sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh,
     part_ptr, part_lse_ptr, head0, num_heads,
     D_V: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
-    HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr,
+    HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr, QK_CHAINS: gl.constexpr,
 ):  # fmt: skip
     FP8: gl.constexpr = q_lat.dtype.primitive_bitwidth == 8
     P_PARTS: gl.constexpr = p_ring.shape[0] // 2  # the kernel's choice: parts of P per buffer
@@ -218,19 +263,17 @@ def _score_partition(
         stage = block % STAGES
         buf = block % 2
         mbarrier.wait(ready.index(stage), (block // STAGES) & 1)
-        bias = bias_ring.index(stage).load(gl.SliceLayout(0, s_layout))
         # the rows were written by cp.async (generic proxy); wgmma reads through the async proxy
         fence_async_shared()
         lat = lat_ring.index(stage)
-        s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_rope, rope_ring.index(stage).permute((1, 0)), s, is_async=True)
         if FP8:  # this half of V, on the CUDA cores beside Q K^T
             _copy_v_half(lat.slice(0, D_HALF, dim=1), v16, BLOCK_N)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        s = _scores(q_lat, q_rope, lat, rope_ring.index(stage), s_zero, QK_CHAINS)
         if FP8:
             mbarrier.arrive(empty.index(stage), count=1)
 
         # online softmax with a lazily raised maximum; a row with nothing seen yet keeps -inf
+        bias = bias_ring.index(stage).load(gl.SliceLayout(0, s_layout))
         s = s * scale_log2 + bias[None, :]
         m_new = gl.maximum(m_i, gl.max(s, 1))
         raise_max = gl.max((m_new > m_i + RESCALE_LOG2).to(gl.int32), 0) > 0
@@ -360,7 +403,8 @@ def mla_decode_gluon_kernel(
     # meta-parameters
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SPLIT: gl.constexpr, HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr,
-    SCALE1_ON_DEVICE: gl.constexpr, SCALE2_ON_DEVICE: gl.constexpr, SLOT_PAGE: gl.constexpr = 0,
+    SCALE1_ON_DEVICE: gl.constexpr, SCALE2_ON_DEVICE: gl.constexpr, QK_CHAINS: gl.constexpr,
+    SLOT_PAGE: gl.constexpr = 0,
 ):  # fmt: skip
     # program -> (head block, split, query token), as in mla_decode_kernel
     pid = gl.program_id(0)
@@ -449,8 +493,10 @@ def mla_decode_gluon_kernel(
     fence_async_shared()
 
     # Registers (65536 a multiprocessor: 168 a thread at launch for 12 warps): the gather takes
-    # 40, or 56 for page lookups; the output warpgroup 216; the score warpgroup what is left.
+    # 40, or 56 for page lookups; the output warpgroup 216, or 200 beside the page lookups; the
+    # score warpgroup what is left (it holds half of O and two S tiles: no spills at 248).
     GATHER_REGS: gl.constexpr = 56 if PAGE_SIZE > 0 else 40
+    OUTPUT_REGS: gl.constexpr = 200 if PAGE_SIZE > 0 else 216
     gl.warp_specialize(
         [
             (
@@ -459,7 +505,7 @@ def mla_decode_gluon_kernel(
                  p_ready, p_free, o_scale_smem, done,
                  start, end, scale_log2, sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh,
                  part_ptr, part_lse_ptr, head0, num_heads,
-                 D_V, BLOCK_N, STAGES, SPLIT, HAS_SINKS, HAS_LSE),
+                 D_V, BLOCK_N, STAGES, SPLIT, HAS_SINKS, HAS_LSE, QK_CHAINS),
             ),
             (
                 _output_partition,
@@ -475,7 +521,7 @@ def mla_decode_gluon_kernel(
             ),
         ],
         [4, GATHER_WARPS],
-        [216, GATHER_REGS],
+        [OUTPUT_REGS, GATHER_REGS],
     )  # fmt: skip
 
 
@@ -515,7 +561,7 @@ def mla_decode(call, rows: KeyRows, plan=None) -> None:
         D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=rows.page_size, BLOCK_N=config.block_n, STAGES=config.stages,
         SPLIT=num_splits > 1, HAS_SINKS=call.sinks is not None, HAS_LSE=call.lse is not None,
         SCALE1_ON_DEVICE=host.scale1_on_device, SCALE2_ON_DEVICE=host.scale2_on_device,
-        SLOT_PAGE=rows.slot_page, num_warps=4, maxnreg=168,
+        SLOT_PAGE=rows.slot_page, QK_CHAINS=QK_CHAINS_FP8 if query.element_size() == 1 else 1, num_warps=4, maxnreg=168,
     )  # fmt: skip
     if num_splits > 1:
         # the 576-wide form's LSE leaves the sinks out
