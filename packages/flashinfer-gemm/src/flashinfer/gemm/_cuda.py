@@ -28,13 +28,12 @@ cuBLASLt, which is ahead at most m; ``bmm_fp8`` stays on its measured routes (``
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
 from flashinfer._core.constants import FP8_TENSOR_CORE_CAPABILITY
 from flashinfer._core.fallback import warn_reference
-from flashinfer._core.kernel_tier import KERNEL_TIER_ENV, use_gluon
+from flashinfer._core.kernel_tier import requested_tier, use_gluon
 from flashinfer.utils import get_compute_capability
 
 from . import _reference
@@ -222,7 +221,7 @@ def gemm_groupwise(call: Groupwise) -> None:
         and (
             output_scale is not None
             or a.shape[0] <= GLUON_OVER_CUBLAS_MAX_M
-            or os.environ.get(KERNEL_TIER_ENV) == "gluon"  # forced: tests and benchmarks
+            or requested_tier() == "gluon"  # forced: tests and benchmarks
             or not _blockwise_cublas_takes(a, b, block_m, block_n, block_k, out)
         )
     ):
@@ -241,7 +240,7 @@ def _decode_gemm_takes(call: Groupwise) -> bool:
     # weight blocks (the kernel reads both scale views through their strides)
     return (
         call.output_scale is None
-        and os.environ.get(KERNEL_TIER_ENV) != "gluon"  # forced: the Gluon kernel's tests
+        and requested_tier() != "gluon"  # forced: the Gluon kernel's tests
         and call.a.shape[0] <= DECODE_GEMM_MAX_M
         and call.block_k == 128
         and call.block_m in (1, 128)
