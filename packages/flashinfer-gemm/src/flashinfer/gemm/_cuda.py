@@ -122,15 +122,17 @@ def bmm(call: Bmm) -> None:
         _no_fp8_mma("bmm_fp8", A.device)
         _reference.bmm(call)
         return
-    A_scale, B_scale = call.A_scale, call.B_scale
-    if A.shape[0] == 1 and _scaled_mm_takes(A[0], B[0], A_scale, B_scale, out[0]):
-        _scaled_mm_single(A[0], B[0], A_scale, B_scale, out[0])
-    elif _gluon_bmm_takes(A, B, out) and use_gluon(A.device, GLUON_IN_AUTO):
-        _gluon_bmm().fp8_bmm(call._replace(a_scale=A_scale, b_scale=B_scale))
+    if A.shape[0] == 1:
+        A_scale, B_scale = call.A_scale, call.B_scale
+        if _scaled_mm_takes(A[0], B[0], A_scale, B_scale, out[0]):
+            _scaled_mm_single(A[0], B[0], A_scale, B_scale, out[0])
+            return
+    if _gluon_bmm_takes(A, B, out) and use_gluon(A.device, GLUON_IN_AUTO):
+        _gluon_bmm().fp8_bmm(call)
     else:
         from flashinfer.gemm.kernels.bmm import fp8_bmm
 
-        fp8_bmm.fp8_bmm(call._replace(a_scale=A_scale, b_scale=B_scale))
+        fp8_bmm.fp8_bmm(call)
 
 
 def _bmm_16bit(A, B, out) -> None:
