@@ -42,7 +42,7 @@ def _configs():
     # tiles (last field: programs a multiprocessor) walk the tile list in one loop; at k = 128
     # that loop has no inner K loop and is software-pipelined, so the next tiles' loads overlap
     # a tile's output stores, which bound the k = 128 products. (What was tried and measured:
-    # benchmarks/RESULTS.md, GEMM.)
+    # benchmarks/RESULTS.md, "`bmm_fp8` in the MLA weight absorption".)
     shapes = [
         (64, 128, 128, 4, 3, 0),
         (64, 64, 128, 4, 4, 0),
