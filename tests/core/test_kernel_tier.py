@@ -42,6 +42,14 @@ def test_auto_takes_gluon_only_on_hopper_with_a_known_triton(
     assert kernel_tier.use_gluon(CUDA0) is expected
 
 
+def test_requested_tier_is_the_variable_as_set_read_on_every_call(monkeypatch):
+    monkeypatch.delenv(kernel_tier.KERNEL_TIER_ENV, raising=False)
+    assert kernel_tier.requested_tier() == "auto"
+    for tier in ("gluon", "tl", "triton"):  # unvalidated: use_gluon rejects 'triton'
+        monkeypatch.setenv(kernel_tier.KERNEL_TIER_ENV, tier)
+        assert kernel_tier.requested_tier() == tier
+
+
 def test_kernels_not_yet_measured_run_only_when_forced(monkeypatch, device):
     device((9, 0))
     monkeypatch.delenv(kernel_tier.KERNEL_TIER_ENV, raising=False)

@@ -26,9 +26,9 @@ import torch
 
 __all__ = ["is_compiling"]
 
-# torch.compiler.is_dynamo_compiling: a bare `return False` eagerly (27 ns here), where
-# torch.compiler.is_compiling also asks torch.jit.is_scripting (110 ns, 2-4 % of a GEMM's API
-# layer in benchmarks/host_overhead.py); Dynamo replaces the call by True while it traces, which
-# is when the op must be used. Bound once, so a call is one global read; Dynamo knows the
-# function object itself.
+# torch.compiler.is_dynamo_compiling: a bare `return False` eagerly, where
+# torch.compiler.is_compiling also asks torch.jit.is_scripting, a cost benchmarks/host_overhead.py
+# sees in a GEMM's API layer (benchmarks/RESULTS.md, "Host time"); Dynamo replaces the call by
+# True while it traces, which is when the op must be used. Bound once, so a call is one global
+# read; Dynamo knows the function object itself.
 is_compiling = torch.compiler.is_dynamo_compiling

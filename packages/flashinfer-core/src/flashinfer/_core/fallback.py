@@ -1,11 +1,12 @@
 """Say, once per op and reason, that a GPU tensor runs the reference implementation.
 
-The reference is plain PyTorch in float32: correct everywhere, but 13-21x slower than the
-device's kernels. A GPU call takes it for a reason that holds for the whole process (FP8 on a
-device without FP8 tensor cores, a MATE without the op, Triton missing,
-``FLASHINFER_FORCE_REFERENCE=1``), so the first such call of each op logs one warning on the
-``flashinfer`` logger naming the op, the device and the reason; later calls log nothing. Only
-the fallback branches call :func:`warn_reference`, so the fast paths pay nothing.
+The reference is plain PyTorch in float32: correct everywhere, but many times slower than the
+device's kernels (the figures: ``benchmarks/RESULTS.md``, "Summary"). A GPU call takes it for a
+reason that holds for the whole process (FP8 on a device without FP8 tensor cores, a MATE
+without the op, Triton missing, ``FLASHINFER_FORCE_REFERENCE=1``), so the first such call of
+each op logs one warning on the ``flashinfer`` logger naming the op, the device and the reason;
+later calls log nothing. Only the fallback branches call :func:`warn_reference`, so the fast
+paths pay nothing.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import torch
 
 from .errors import BackendSupportedError
 
-__all__ = ["GLUON_TRITON_VERSIONS", "KERNEL_TIER_ENV", "gluon_supported", "use_gluon"]
+__all__ = ["GLUON_TRITON_VERSIONS", "KERNEL_TIER_ENV", "gluon_supported", "requested_tier", "use_gluon"]
 
 KERNEL_TIER_ENV = "FLASHINFER_KERNEL_TIER"
 GLUON_TRITON_VERSIONS = ((3, 6),)
@@ -50,6 +50,13 @@ def gluon_supported(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index) == GLUON_CAPABILITY and _triton_has_gluon()
 
 
+def requested_tier() -> str:
+    """The tier ``FLASHINFER_KERNEL_TIER`` asks for, as set (``auto`` when unset): the one read of
+    the environment. Read on every call, so a change of the variable takes effect at once; not
+    validated here (:func:`use_gluon` raises for a value it does not know)."""
+    return os.environ.get(KERNEL_TIER_ENV, "auto")
+
+
 def use_gluon(device: torch.device, auto_ok: bool = True) -> bool:
     """Whether an op on CUDA ``device`` (with an index) should take its Gluon kernel.
 
@@ -62,7 +69,7 @@ def use_gluon(device: torch.device, auto_ok: bool = True) -> bool:
     ValueError
         ``FLASHINFER_KERNEL_TIER`` set to anything but ``auto``, ``gluon`` or ``tl``.
     """
-    tier = os.environ.get(KERNEL_TIER_ENV, "auto")
+    tier = requested_tier()
     if tier == "auto":
         return auto_ok and gluon_supported(device.index)
     if tier == "tl":

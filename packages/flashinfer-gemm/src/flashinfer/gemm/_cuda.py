@@ -9,9 +9,10 @@ each shape once before capturing, as serving engines do in their warm-up).
 What runs per op is ``ROUTES`` in :mod:`._dispatch`; the conditions under which a library
 call takes a problem as it lies in memory are at :func:`_scaled_mm_takes` and
 :func:`_blockwise_cublas_takes`, those under which a Gluon kernel takes it (TMA layouts) at
-:func:`_tma_readable`, :func:`_gluon_bmm_takes` and :func:`_gluon_groupwise_takes`. Everything else
-runs the Triton kernels of ``flashinfer.gemm.kernels``. Devices without FP8 tensor cores
-(compute capability below 8.9) run the FP8 functions through ``flashinfer.gemm._reference``.
+:func:`_tma_readable`, :func:`_gluon_bmm_takes`, :func:`_gluon_groupwise_takes` and
+:func:`_gluon_grouped_takes`. Everything else runs the Triton kernels of
+``flashinfer.gemm.kernels``. Devices without FP8 tensor cores (compute capability below 8.9)
+run the FP8 functions through ``flashinfer.gemm._reference``.
 
 Kernel tiers (``flashinfer._core.kernel_tier``): the Gluon kernels (``kernels.bmm.gluon_fp8_bmm``, ``kernels.blockwise.gluon_fp8_blockwise``) run
 on compute capability 9.0 with the Triton versions they were built for. ``auto`` takes them
@@ -28,13 +29,12 @@ cuBLASLt, which is ahead at most m; ``bmm_fp8`` stays on its measured routes (``
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
 from flashinfer._core.constants import FP8_TENSOR_CORE_CAPABILITY
 from flashinfer._core.fallback import warn_reference
-from flashinfer._core.kernel_tier import KERNEL_TIER_ENV, use_gluon
+from flashinfer._core.kernel_tier import requested_tier, use_gluon
 from flashinfer.utils import get_compute_capability
 
 from . import _reference
@@ -123,15 +123,17 @@ def bmm(call: Bmm) -> None:
         _no_fp8_mma("bmm_fp8", A.device)
         _reference.bmm(call)
         return
-    A_scale, B_scale = call.A_scale, call.B_scale
-    if A.shape[0] == 1 and _scaled_mm_takes(A[0], B[0], A_scale, B_scale, out[0]):
-        _scaled_mm_single(A[0], B[0], A_scale, B_scale, out[0])
-    elif _gluon_bmm_takes(A, B, out) and use_gluon(A.device, GLUON_IN_AUTO):
-        _gluon_bmm().fp8_bmm(call._replace(a_scale=A_scale, b_scale=B_scale))
+    if A.shape[0] == 1:
+        A_scale, B_scale = call.A_scale, call.B_scale
+        if _scaled_mm_takes(A[0], B[0], A_scale, B_scale, out[0]):
+            _scaled_mm_single(A[0], B[0], A_scale, B_scale, out[0])
+            return
+    if _gluon_bmm_takes(A, B, out) and use_gluon(A.device, GLUON_IN_AUTO):
+        _gluon_bmm().fp8_bmm(call)
     else:
         from flashinfer.gemm.kernels.bmm import fp8_bmm
 
-        fp8_bmm.fp8_bmm(call._replace(a_scale=A_scale, b_scale=B_scale))
+        fp8_bmm.fp8_bmm(call)
 
 
 def _bmm_16bit(A, B, out) -> None:
@@ -222,7 +224,7 @@ def gemm_groupwise(call: Groupwise) -> None:
         and (
             output_scale is not None
             or a.shape[0] <= GLUON_OVER_CUBLAS_MAX_M
-            or os.environ.get(KERNEL_TIER_ENV) == "gluon"  # forced: tests and benchmarks
+            or requested_tier() == "gluon"  # forced: tests and benchmarks
             or not _blockwise_cublas_takes(a, b, block_m, block_n, block_k, out)
         )
     ):
@@ -241,7 +243,7 @@ def _decode_gemm_takes(call: Groupwise) -> bool:
     # weight blocks (the kernel reads both scale views through their strides)
     return (
         call.output_scale is None
-        and os.environ.get(KERNEL_TIER_ENV) != "gluon"  # forced: the Gluon kernel's tests
+        and requested_tier() != "gluon"  # forced: the Gluon kernel's tests
         and call.a.shape[0] <= DECODE_GEMM_MAX_M
         and call.block_k == 128
         and call.block_m in (1, 128)
@@ -313,12 +315,22 @@ def _blockwise_cublas_scales(a_scale, b_scale, m, block_m):
 
 def group_gemm_contiguous(call: GroupedContiguous) -> None:
     """Contiguous grouped FP8 GEMM (:class:`~._args.GroupedContiguous`)."""
-    _grouped("group_deepgemm_fp8_nt_groupwise", "group_gemm_contiguous", call)
+    _contiguous_grouped("group_deepgemm_fp8_nt_groupwise", call)
 
 
 def group_gemm_masked(call: GroupedMasked) -> None:
-    """Masked grouped FP8 GEMM (:class:`~._args.GroupedMasked`)."""
-    _grouped("batch_deepgemm_fp8_nt_groupwise", "group_gemm_masked", call)
+    """Masked grouped FP8 GEMM (:class:`~._args.GroupedMasked`): the reference below FP8 tensor
+    cores, the Gluon tier where it takes the operands, else the tl kernel."""
+    a = call.a
+    if not _has_fp8_mma(a.device):
+        _no_fp8_mma("batch_deepgemm_fp8_nt_groupwise", a.device)
+        _reference.group_gemm_masked(call)
+    elif _gluon_grouped_takes(call):
+        _gluon_blockwise().group_gemm_masked(call)
+    else:
+        from flashinfer.gemm.kernels.blockwise import fp8_blockwise
+
+        fp8_blockwise.group_gemm_masked(call)
 
 
 def group_gemm_segments(call: GroupedSegments) -> None:
@@ -327,28 +339,28 @@ def group_gemm_segments(call: GroupedSegments) -> None:
     for e4m3 operands only: e5m2 segments take the tl kernel, as tested)."""
     rows = contiguous_rows(call)
     e4m3 = rows.a.dtype == rows.b.dtype == torch.float8_e4m3fn
-    _grouped("group_gemm_fp8_nt_groupwise", "group_gemm_contiguous", rows, gluon_takes_dtypes=e4m3)
+    _contiguous_grouped("group_gemm_fp8_nt_groupwise", rows, gluon_takes_dtypes=e4m3)
 
 
-def _grouped(op: str, layout: str, call, gluon_takes_dtypes: bool = True) -> None:
-    """Run the grouped GEMM ``layout`` (the :class:`~._dispatch.GemmImpl` name every tier's module
-    shares) on the reference below FP8 tensor cores, the Gluon tier where it takes the operands,
-    else the tl kernel; ``op`` names the public function in the reference warning."""
-    a, b = call.a, call.b
+def _contiguous_grouped(op: str, call: GroupedContiguous, gluon_takes_dtypes: bool = True) -> None:
+    """The contiguous grouped GEMM on the reference below FP8 tensor cores, the Gluon tier where it
+    takes the operands, else the tl kernel; ``op`` names the public function in the reference
+    warning."""
+    a = call.a
     if not _has_fp8_mma(a.device):
         _no_fp8_mma(op, a.device)
-        getattr(_reference, layout)(call)
-    elif (
-        gluon_takes_dtypes
-        and _tma_readable(a)
-        and _tma_readable(b)
-        and use_gluon(a.device, GLUON_GROUPED_IN_AUTO)
-    ):
-        getattr(_gluon_blockwise(), layout)(call)
+        _reference.group_gemm_contiguous(call)
+    elif gluon_takes_dtypes and _gluon_grouped_takes(call):
+        _gluon_blockwise().group_gemm_contiguous(call)
     else:
         from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
-        getattr(fp8_blockwise, layout)(call)
+        fp8_blockwise.group_gemm_contiguous(call)
+
+
+def _gluon_grouped_takes(call: GroupedContiguous | GroupedMasked) -> bool:
+    # TMA reads both operands and the tier asks for the Gluon kernel (auto does: GLUON_GROUPED_IN_AUTO)
+    return _tma_readable(call.a) and _tma_readable(call.b) and use_gluon(call.a.device, GLUON_GROUPED_IN_AUTO)
 
 
 def quantize_fp8_blocks(call: QuantizeBlocks) -> None:

@@ -112,12 +112,12 @@ class DecodeConfig:
 
 def decode_config(heads: int, fp8: bool) -> DecodeConfig:
     """The tile shape for ``heads`` query heads (FP8 or BF16 operands)."""
-    # Chosen with `benchmarks/bench_mla.py --tune` on an H200 (the candidates and their times:
-    # "How the decode tile was chosen", benchmarks/RESULTS.md). 64 heads fill the M of one
-    # Hopper wgmma; 8 warps split the [64, 512] fp32 accumulator over two warpgroups, which
-    # leaves one program a multiprocessor. Fewer heads are memory-bound and run on mma.sync:
-    # small tiles, two programs a multiprocessor, FP8 rows upcast for QK^T (mma.sync's FP8
-    # operands spill).
+    # Chosen with `benchmarks/bench_mla.py --tune` on an H200 (benchmarks/RESULTS.md, "The
+    # portable tl tier"; the candidates and their times: results/tune_mla_h200_round*.json).
+    # 64 heads fill the M of one Hopper wgmma; 8 warps split the [64, 512] fp32 accumulator over
+    # two warpgroups, which leaves one program a multiprocessor. Fewer heads are memory-bound and
+    # run on mma.sync: small tiles, two programs a multiprocessor, FP8 rows upcast for QK^T
+    # (mma.sync's FP8 operands spill).
     if heads > 32:
         return DecodeConfig(64, 64, num_warps=8, num_stages=2 if fp8 else 3, programs_per_sm=1)
     if heads > 16:

@@ -8,10 +8,11 @@ Layout
   tensor-core FP8 dot takes any pair of the two formats); any strides. The usual B is
   column-major (``B.stride(-2) == 1``, the transpose of a contiguous ``(batch, n, k)``
   weight), so both operands are read along k in 16-byte vectors.
-- ``a_scale (batch, m)`` / ``b_scale (batch, n)`` float32, addressed by (batch, row) and
-  (batch, column) strides: a per-tensor scale is a 0-dim tensor read with strides 0, a
-  per-channel one the ``(b, m, 1)`` / ``(b, 1, n)`` tensor with its own strides. Scales multiply
-  the fp32 accumulator once, in the epilogue.
+- ``a_scale (batch, m)`` / ``b_scale (batch, n)`` float32, read as the record's views
+  ``call.A_scale`` / ``call.B_scale`` and addressed by (batch, row) and (batch, column) strides:
+  a per-tensor scale is a 0-dim tensor read with strides 0, a per-channel one the
+  ``(b, m, 1)`` / ``(b, 1, n)`` view with its own strides. Scales multiply the fp32
+  accumulator once, in the epilogue.
 - ``out (batch, m, n)``: bf16, fp16 or fp32, any strides; written once.
 
 Accumulation: on Hopper, Triton lets the FP8 tensor cores accumulate the whole k with their
@@ -41,7 +42,7 @@ def _configs():
     # tiles (last field: programs a multiprocessor) walk the tile list in one loop; at k = 128
     # that loop has no inner K loop and is software-pipelined, so the next tiles' loads overlap
     # a tile's output stores, which bound the k = 128 products. (What was tried and measured:
-    # benchmarks/RESULTS.md, GEMM.)
+    # benchmarks/RESULTS.md, "`bmm_fp8` in the MLA weight absorption".)
     shapes = [
         (64, 128, 128, 4, 3, 0),
         (64, 64, 128, 4, 4, 0),

@@ -13,10 +13,11 @@ Layout
   operands K-major. Both are read by TMA as ``[batch * rows, k]`` (batches packed, 16-byte
   aligned base and row stride); a box that runs past a batch's rows reads the next batch's,
   whose products are never stored.
-- ``a_scale (batch, m)`` / ``b_scale (batch, n)`` float32, addressed by (batch, row) and
-  (batch, column) strides: a per-tensor scale is a 0-dim tensor read with strides 0, a
-  per-channel one the ``(b, m, 1)`` / ``(b, 1, n)`` view with its own strides. They multiply the
-  fp32 accumulator once, in the epilogue.
+- ``a_scale (batch, m)`` / ``b_scale (batch, n)`` float32, read as the record's views
+  ``call.A_scale`` / ``call.B_scale`` and addressed by (batch, row) and (batch, column) strides:
+  a per-tensor scale is a 0-dim tensor read with strides 0, a per-channel one the
+  ``(b, m, 1)`` / ``(b, 1, n)`` view with its own strides. They multiply the fp32
+  accumulator once, in the epilogue.
 - ``out (batch, m, n)`` bf16 or fp16 with ``stride(-1) == 1`` and 16-byte aligned strides: it is
   written by TMA stores of ``[1, 64, SUB_N]`` boxes, which stop at each batch's last row and
   column.
