@@ -70,6 +70,20 @@ def _decode_cache_by_pointer(launch: dict) -> dict:
     return {**launch, "args": args}
 
 
+def _decode_qk_precision(launch: dict) -> dict:
+    """Hopper keeps an FP8 wgmma chain's running sum at reduced precision, which cost the LSE its
+    3e-4 rule over 576 columns (issue 30): the Gluon decode sums FP8 Q K^T from four 128-column
+    chains in float32 (``QK_CHAINS=4``; one chain for BF16, exact already), the portable kernel
+    promotes every 64 columns (``QK_IMPRECISE_ACC=64``, ``benchmarks/decode_qk_precision.py``)."""
+    kwargs = launch["kwargs"]
+    if launch["launcher"] == DECODE_LAUNCHERS[0]:
+        return {**launch, "kwargs": {**kwargs, "QK_IMPRECISE_ACC": 64}}
+    if launch["launcher"] == DECODE_LAUNCHERS[1]:
+        chains = 4 if launch["args"][0]["dtype"] == "torch.float8_e4m3fn" else 1
+        return {**launch, "kwargs": {**kwargs, "QK_CHAINS": chains}}
+    return launch
+
+
 GEMM_KERNEL_FAMILIES = {"fp8_bmm": "bmm", "gluon_fp8_bmm": "bmm"} | dict.fromkeys(
     ("fp8_blockwise", "gluon_fp8_blockwise", "fp8_quantize"), "blockwise"
 )
@@ -92,6 +106,7 @@ CHANGES = [
     _combine_takes_sink_in_lse,
     _decode_takes_slot_page,
     _decode_cache_by_pointer,
+    _decode_qk_precision,
     _gemm_kernels_in_family_folders,
 ]
 # What is compared of both records (why, launch -> what is compared).
