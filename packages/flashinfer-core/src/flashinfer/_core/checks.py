@@ -10,8 +10,11 @@ The rules both op packages state are written here once, each a function that rea
 and calls :func:`fail` only when the rule is broken (the vocabulary: :func:`check_device`,
 :func:`check_last_dim_contiguous`, :func:`check_k_major`, :func:`check_fp8`, :func:`check_scale`,
 :func:`check_out`, :func:`check_no_overlap`). A rule raises ``ValueError`` unless the op passes
-its upstream type (``exc``). No op module defines a function of these names. A rule is one call and one attribute read on the passing path, so the
-API layers' host time stays inside ``benchmarks/host_overhead.py``'s budgets. Rules that belong to
+its upstream type (``exc``). No op module defines a function of these names. On a hot path the
+call site guards a rule with its cheapest test (``if x.dtype not in E4M3: check_fp8(...)``,
+``if not x.is_contiguous(): check_k_major(...)``) so that the passing path costs an attribute read,
+not a call; the rule then states the message. This keeps the API layers' host time inside
+``benchmarks/host_overhead.py``'s budgets. Rules that belong to
 one op (a shape relation, a backend name's rule) stay with the op.
 """
 
@@ -23,7 +26,7 @@ import torch
 
 E4M3 = (torch.float8_e4m3fn,)
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
-_FLOAT32 = torch.float32
+FLOAT32 = torch.float32
 
 
 def describe(x) -> str:
@@ -134,7 +137,7 @@ def check_fp8(x: torch.Tensor, arg: str, dtypes: tuple = E4M3, exc: type[Excepti
 def check_scale(scale: torch.Tensor, arg: str, shape, device: torch.device, anchor: str) -> None:
     """A float32 dequantization scale on ``device`` (the device of ``anchor``), of ``shape`` when
     one is given (None: any shape; the op checks the layout)."""
-    if scale.dtype != _FLOAT32:
+    if scale.dtype != FLOAT32:
         fail(ValueError, arg, "dtype torch.float32 (dequantization multipliers)", f"dtype {scale.dtype}")
     if shape is not None and scale.shape != shape:
         fail(ValueError, arg, f"shape {tuple(shape)}", f"shape {tuple(scale.shape)}")

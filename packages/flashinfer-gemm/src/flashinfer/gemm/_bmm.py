@@ -6,6 +6,7 @@ import torch
 
 from flashinfer._core.backends import gated
 from flashinfer._core.checks import (
+    FLOAT32,
     FP8,
     check_device,
     check_fp8,
@@ -126,7 +127,9 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
                 fail(ValueError, "out_dtype", expected, describe(out_dtype))
             _check_operands(A, B, a_shape, b_shape, device)
             if out is not None:
-                check_out(out, (a_shape[0], a_shape[1], b_shape[2]), out_dtype, device, _WITH_OUT_DTYPE)
+                shape = (a_shape[0], a_shape[1], b_shape[2])
+                if out.shape != shape or out.dtype != out_dtype or out.device != device:
+                    check_out(out, shape, out_dtype, device, _WITH_OUT_DTYPE)
                 check_no_overlap(out, "out", _INPUTS, A, B)
             if backend in BMM_BF16.rules:
                 BMM_BF16.enforce(backend, out_dtype)
@@ -140,7 +143,8 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
 
 def _check_bmm_fp8_scale(scale, arg: str, device, batch: int, rows: int) -> None:
     """A float32 scale on ``device``: ``()``, ``(1,)``, ``(batch, rows, 1)`` or ``(batch, 1, rows)``."""
-    check_scale(scale, arg, None, device, "A")
+    if scale.dtype != FLOAT32 or scale.device != device:
+        check_scale(scale, arg, None, device, "A")
     shape = scale.shape
     ndim = len(shape)
     if not (
@@ -232,14 +236,18 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
         if not skip_check:
             if backend not in _FP8_NAMES:
                 BMM_FP8.check(backend)
-            check_fp8(A, "A", FP8)
-            check_fp8(B, "B", FP8)
+            if A.dtype not in FP8:
+                check_fp8(A, "A", FP8)
+            if B.dtype not in FP8:
+                check_fp8(B, "B", FP8)
             if dtype not in _FP8_OUT:
                 expected = "torch.bfloat16 or torch.float16 (unsupported output dtype for FP8 GEMM)"
                 fail(ValueError, "dtype", expected, describe(dtype))
             _check_operands(A, B, a_shape, b_shape, device)
             if out is not None:
-                check_out(out, (a_shape[0], a_shape[1], b_shape[2]), dtype, device, _WITH_DTYPE)
+                shape = (a_shape[0], a_shape[1], b_shape[2])
+                if out.shape != shape or out.dtype != dtype or out.device != device:
+                    check_out(out, shape, dtype, device, _WITH_DTYPE)
                 check_no_overlap(out, "out", _INPUTS, A, B, A_scale, B_scale)
             _check_bmm_fp8_scale(A_scale, "A_scale", device, a_shape[0], a_shape[1])
             _check_bmm_fp8_scale(B_scale, "B_scale", device, a_shape[0], b_shape[2])

@@ -36,7 +36,8 @@ def _check_operand(x, arg: str) -> None:
     """DeepGEMM's operand asserts, in its words: float8_e4m3fn, K-major."""
     if x.dtype != _E4M3:
         fail(ValueError, arg, f"dtype torch.float8_e4m3fn ({arg} must be float8_e4m3fn)", f"dtype {x.dtype}")
-    check_last_dim_contiguous(x, arg, why=f"major_{arg} must be KMajor")
+    if not x.is_contiguous():
+        check_last_dim_contiguous(x, arg, why=f"major_{arg} must be KMajor")
 
 
 def _check_common(a, b, a_scale, b_scale, index, names: tuple, out, dtype) -> None:
@@ -53,14 +54,18 @@ def _check_common(a, b, a_scale, b_scale, index, names: tuple, out, dtype) -> No
         fail(ValueError, index_arg, f"dtype torch.int32 ({index_arg} must be int32)", f"dtype {index.dtype}")
     if index.dim() != 1 or not index.is_contiguous():
         fail(ValueError, index_arg, f"a contiguous 1-D tensor ({index_arg} must be contiguous)", index)
-    check_scale(a_scale, "a_scale", None, device, "a")
-    check_scale(b_scale, "b_scale", None, device, "a")
+    if a_scale.dtype != _FLOAT32 or a_scale.device != device:
+        check_scale(a_scale, "a_scale", None, device, "a")
+    if b_scale.dtype != _FLOAT32 or b_scale.device != device:
+        check_scale(b_scale, "b_scale", None, device, "a")
     if dtype != torch.bfloat16:
         arg = "out" if out is not None else "out_dtype"
         fail(ValueError, arg, "torch.bfloat16 (d must be bfloat16)", describe(dtype))
     if out is not None:
-        check_device(out, "out", device, "a")
-        check_last_dim_contiguous(out, "out", why="d must be N-major")
+        if out.device != device:
+            check_device(out, "out", device, "a")
+        if not out.is_contiguous():
+            check_last_dim_contiguous(out, "out", why="d must be N-major")
         check_no_overlap(out, "out", names, a, b, a_scale, b_scale, index)
 
 

@@ -220,8 +220,10 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
         # `out` that does not share memory with the operands
         if weight.device != device:
             check_device(weight, "weight", device, "input")
-        check_k_major(input, "input")
-        check_k_major(weight, "weight")
+        if not input.is_contiguous():
+            check_k_major(input, "input")
+        if not weight.is_contiguous():
+            check_k_major(weight, "weight")
         if out is not None:
             check_no_overlap(out, "out", ("input", "weight"), input, weight)
     except AttributeError:

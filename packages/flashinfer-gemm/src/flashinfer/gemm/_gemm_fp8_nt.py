@@ -10,6 +10,8 @@ import torch
 
 from flashinfer._core.backends import gated
 from flashinfer._core.checks import (
+    E4M3,
+    FLOAT32,
     check_device,
     check_fp8,
     check_k_major,
@@ -218,10 +220,14 @@ def gemm_fp8_nt_groupwise(
                 fail(ValueError, "b", expected, f"shape {tuple(b_shape)}")
             if b.device != device:
                 check_device(b, "b", device, "a")
-            check_fp8(a, "a")
-            check_fp8(b, "b")
-            check_k_major(a, "a")
-            check_k_major(b, "b")
+            if a.dtype not in E4M3:
+                check_fp8(a, "a")
+            if b.dtype not in E4M3:
+                check_fp8(b, "b")
+            if not a.is_contiguous():
+                check_k_major(a, "a")
+            if not b.is_contiguous():
+                check_k_major(b, "b")
             if scale_major_mode not in _MODES:
                 fail(ValueError, "scale_major_mode", "'K', 'MN' or None", describe(scale_major_mode))
             if granularity not in _GRANULARITIES:
@@ -238,15 +244,28 @@ def gemm_fp8_nt_groupwise(
         if not skip_check:
             # the scales' stored shapes: (blocks, k blocks), transposed for "MN"; trtllm takes both
             mn = scale_major_mode == "MN"
-            check_scale(a_scale, "a_scale", None if trtllm else (kb, mb) if mn else (mb, kb), device, "a")
-            check_scale(b_scale, "b_scale", None if trtllm else (kb, nb) if mn else (nb, kb), device, "a")
+            a_blocks = None if trtllm else (kb, mb) if mn else (mb, kb)
+            b_blocks = None if trtllm else (kb, nb) if mn else (nb, kb)
+            if (
+                a_scale.dtype != FLOAT32
+                or a_scale.device != device
+                or (a_blocks and a_scale.shape != a_blocks)
+            ):
+                check_scale(a_scale, "a_scale", a_blocks, device, "a")
+            if (
+                b_scale.dtype != FLOAT32
+                or b_scale.device != device
+                or (b_blocks and b_scale.shape != b_blocks)
+            ):
+                check_scale(b_scale, "b_scale", b_blocks, device, "a")
             if output_scale is not None:
                 _check_fp8_output(out, dtype, m, n, device, output_scale)
             elif dtype not in _OUT_16BIT:
                 expected = "torch.bfloat16 or torch.float16 (unsupported output dtype)"
                 fail(ValueError, "out" if out is not None else "out_dtype", expected, describe(dtype))
             if out is not None:
-                check_out(out, (m, n), dtype, device)
+                if out.shape != (m, n) or out.dtype != dtype or out.device != device:
+                    check_out(out, (m, n), dtype, device)
                 check_no_overlap(out, "out", _INPUTS, a, b, a_scale, b_scale, output_scale)
         if trtllm:
             a_mn = _trtllm_orientation(a_scale, "a_scale", mb, kb)

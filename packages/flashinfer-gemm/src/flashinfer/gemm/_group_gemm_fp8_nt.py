@@ -167,8 +167,10 @@ def group_gemm_fp8_nt_groupwise(
                 check_device(b, "b", device, "a")
             if m_indptr.device != device:
                 check_device(m_indptr, "m_indptr", device, "a")
-            check_k_major(a, "a")
-            check_k_major(b, "b")
+            if not a.is_contiguous():
+                check_k_major(a, "a")
+            if not b.is_contiguous():
+                check_k_major(b, "b")
             groups, n, k = b_shape
             if m_indptr.shape[0] != groups + 1:
                 expected = f"shape ({groups + 1},) (one offset per group of `b`, plus one)"
@@ -176,10 +178,15 @@ def group_gemm_fp8_nt_groupwise(
             gm, gn, gk = granularity
             mb, nb, kb = -(-a_shape[0] // gm), -(-n // gn), -(-k // gk)
             mn = scale_major_mode == "MN"
-            check_scale(a_scale, "a_scale", (kb, mb) if mn else (mb, kb), device, "a")
-            check_scale(b_scale, "b_scale", (groups, kb, nb) if mn else (groups, nb, kb), device, "a")
+            a_blocks = (kb, mb) if mn else (mb, kb)
+            b_blocks = (groups, kb, nb) if mn else (groups, nb, kb)
+            if a_scale.shape != a_blocks or a_scale.device != device:
+                check_scale(a_scale, "a_scale", a_blocks, device, "a")
+            if b_scale.shape != b_blocks or b_scale.device != device:
+                check_scale(b_scale, "b_scale", b_blocks, device, "a")
             if out is not None:
-                check_device(out, "out", device, "a")
+                if out.device != device:
+                    check_device(out, "out", device, "a")
                 check_no_overlap(out, "out", ("a", "b"), a, b)
         m, k = a_shape
         groups, n = b_shape[0], b_shape[1]

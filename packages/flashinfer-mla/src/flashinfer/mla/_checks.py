@@ -105,7 +105,8 @@ def check_query_and_cache(
     if len(shape) not in (3, 4) or (len(shape) == 4 and shape[1] != 1):
         expected = "a [num_pages, page_size, head_dim] or [num_pages, 1, page_size, head_dim] tensor"
         fail(ValueError, "kv_cache", expected, kv_cache)
-    check_last_dim_contiguous(kv_cache, "kv_cache")
+    if not kv_cache.is_contiguous():
+        check_last_dim_contiguous(kv_cache, "kv_cache")
     if kv_cache.device != query.device:
         check_device(kv_cache, "kv_cache", query.device, "query")
     if sparse:
@@ -214,7 +215,8 @@ def check_decode_out(out, shape: tuple, query, kv_cache, accept_3d: bool) -> tor
             f"Invalid shape/dtype/device of out: expected shape {shape}, torch.bfloat16 on "
             f"{query.device}, got shape {tuple(out_shape)}, {out.dtype} on {out.device}"
         )
-    check_last_dim_contiguous(out, "out")
+    if not out.is_contiguous():
+        check_last_dim_contiguous(out, "out")
     check_no_overlap(out, "out", ("query", "kv_cache"), query, kv_cache)
     return view
 

@@ -107,7 +107,18 @@ def check(
         device = query.device
         _checks.check_workspace(workspace, device)
         batch, q_len, heads, _ = q_shape
-        _check_indices(block_tables, (batch, q_len, topk), device)
+        # upstream's rules of the slot lists: int32 [batch, q_len, sparse_mla_top_k] on the query's
+        # device, contiguous
+        if block_tables.dtype != torch.int32:
+            raise ValueError(f"block_tables must have dtype torch.int32, got {block_tables.dtype}")
+        if block_tables.device != device:
+            raise ValueError(f"block_tables must be on query device {device}, got {block_tables.device}")
+        if block_tables.shape != (batch, q_len, topk):
+            raise ValueError(
+                f"{_FORM} expects sparse block_tables shape {(batch, q_len, topk)}, got {tuple(block_tables.shape)}"
+            )
+        if not block_tables.is_contiguous():
+            fail(ValueError, "block_tables", "a contiguous tensor", block_tables)
         _check_cache(kv_cache, device)
         lengths = None if seq_lens is None else _token_lengths(seq_lens, batch, q_len, device)
         if heads > MAX_HEADS:
@@ -164,21 +175,6 @@ def check(
         workspace,
     )
     return Decode._make(record), result
-
-
-def _check_indices(block_tables, shape: tuple, device) -> None:
-    """Upstream's rules of the slot lists: int32 ``[batch, q_len, sparse_mla_top_k]`` on the
-    query's device, contiguous."""
-    if block_tables.dtype != torch.int32:
-        raise ValueError(f"block_tables must have dtype torch.int32, got {block_tables.dtype}")
-    if block_tables.device != device:
-        raise ValueError(f"block_tables must be on query device {device}, got {block_tables.device}")
-    if block_tables.shape != shape:
-        raise ValueError(
-            f"{_FORM} expects sparse block_tables shape {shape}, got {tuple(block_tables.shape)}"
-        )
-    if not block_tables.is_contiguous():
-        fail(ValueError, "block_tables", "a contiguous tensor", block_tables)
 
 
 def check_scale_format(kv_scale_format) -> str:
