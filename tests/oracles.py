@@ -453,8 +453,11 @@ def saturate(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def rotate(x, cache, pos_ids, is_neox):
-    """``x [nnz, ..., rope_dim]`` rotated by the cache rows at ``pos_ids``, in float64."""
-    rows = cache.double()[pos_ids.long()]
+    """``x [nnz, ..., rope_dim]`` rotated by the cache rows at ``pos_ids``, in float64; NaN for
+    the tokens whose position is outside the cache (the contract: their rope outputs are NaN)."""
+    valid = (pos_ids >= 0) & (pos_ids < cache.shape[0])
+    rows = cache.double()[pos_ids.long().clamp(0, cache.shape[0] - 1)]
+    rows[~valid] = float("nan")
     half = cache.shape[1] // 2
     cos, sin = rows[:, :half], rows[:, half:]
     x = x.double()
@@ -471,7 +474,8 @@ def rotate(x, cache, pos_ids, is_neox):
 
 
 def rope_oracle(q_rope, k_rope, q_nope, k_nope, cache, pos_ids, is_neox, scale_q, scale_kv, dtype):
-    """The four FP8 outputs of ``rope_quantize_fp8`` computed in float64 (nope may be None)."""
+    """The four FP8 outputs of ``rope_quantize_fp8`` computed in float64 (nope may be None;
+    rope outputs NaN for positions outside the cache)."""
 
     def nope(x, scale, like):
         if x is None:
