@@ -5,7 +5,8 @@ tl kernels' autotuning):
 
 1. **check**: every Gluon variant (each tile configuration in the layouts it serves, FP8 output,
    the batched kernel's tiles) at one or two real shapes, against a float64 oracle on the GPU;
-   reported as ``max |error| / bound`` (pass at <= 1; bounds as in ``tests/gpu/test_gemm_gluon.py``).
+   reported as ``max |error| / bound`` (pass at <= 1): the oracles and bounds of ``tests/oracles.py``
+   with the tensor-core slack of ``tests/gpu/test_gemm_gluon.py``.
 2. **dense**: ``gemm_fp8_nt_groupwise``'s kernel, m in {16, 64, 128, 512, 4096} x (n, k) in
    {(7168, 2048), (4096, 7168), (2112, 7168)}: the Gluon kernel with the tile ``pick_config``
    chooses and with the other tiles (to retune the rule), cuBLASLt block-scaled
@@ -53,6 +54,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' oracles
 import _deepgemm  # noqa: E402
 from _tables import probe_tables  # noqa: E402
 from bench_gemm import (  # noqa: E402
@@ -64,6 +66,14 @@ from bench_gemm import (  # noqa: E402
     fp8,
     grouped_inputs,
     rotating,
+)
+from oracles import (  # noqa: E402
+    bound_ratio,
+    fp8_output_ratios,
+    oracle_bmm,
+    oracle_contiguous,
+    oracle_groupwise,
+    oracle_masked,
 )
 
 from flashinfer.gemm._args import Bmm, GroupedContiguous, GroupedMasked  # noqa: E402
@@ -79,6 +89,8 @@ GROUPED = [
 ]
 MLA_TOKENS = [64, 128, 256, 512]
 E4M3 = torch.float8_e4m3fn
+# the tensor cores' FP8 accumulation, in units of the result's rms (tests/gpu/test_gemm_gluon.py)
+BLOCK_ACCUM_TOL, FAST_ACCUM_TOL = 2e-3, 2e-2
 
 
 def groupwise(a, b, a_scale, b_scale, out, output_scale=None):
@@ -120,20 +132,6 @@ def pow2(*shape):
     return 2.0 ** torch.randint(-3, 4, shape, device="cuda").float()
 
 
-def error_ratio(out, oracle, ulp, norm_tol) -> float:
-    """max |out - oracle| / (2 ulp |oracle| + norm_tol rms(oracle)); <= 1 passes."""
-    oracle = oracle.double()
-    rms = oracle.pow(2).mean().sqrt()
-    bound = 2 * ulp * oracle.abs() + norm_tol * rms + 1e-30
-    return ((out.double() - oracle).abs() / bound).max().item()
-
-
-def dequant(x, scale, block_rows):
-    rows, cols = x.shape[-2:]
-    expanded = scale.double().repeat_interleave(block_rows, -2)[..., :rows, :].repeat_interleave(128, -1)
-    return x.double() * expanded[..., :cols]
-
-
 def check_section(report):
     glu, gbmm, _, _ = kernels()
     torch.manual_seed(1)
@@ -156,8 +154,8 @@ def check_section(report):
         sb = pow2(ceil_div(k, 128), ceil_div(n, 128)).t()
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         glu.gemm_groupwise(groupwise(a, b, sa, sb, out), config=config)
-        record(f"dense {name}", f"{m}x{n}x{k} MN", error_ratio(out, dequant(a, sa, 1) @ dequant(b, sb, 128).t(),
-                                                                  2**-8, 2e-3))  # fmt: skip
+        expected = oracle_groupwise(a, b, sa, sb, 1, 128, 128)
+        record(f"dense {name}", f"{m}x{n}x{k} MN", bound_ratio(out, *expected, slack=BLOCK_ACCUM_TOL))
         if config.block_m == 192:
             continue  # dense only
         # contiguous: DeepGEMM's layout with -1 padding rows
@@ -172,13 +170,9 @@ def check_section(report):
         sa, sb = pow2(rows, k // 128), pow2(groups, n // 128, k // 128)
         out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         glu.group_gemm_contiguous(GroupedContiguous(a, b, sa, sb, ids, out), config=config)
-        oracle = torch.zeros(rows, n, dtype=torch.float64, device="cuda")
-        for g in range(groups):
-            mine = ids == g
-            oracle[mine] = dequant(a[mine], sa[mine], 1) @ dequant(b[g], sb[g], 128).t()
-        valid = ids >= 0
-        record(f"contiguous {name}", f"G={groups} rows={rows} n={n}", error_ratio(out[valid], oracle[valid], 2**-8, 2e-3),
-               bool(out[~valid].isnan().all()))  # fmt: skip
+        valid = (ids >= 0)[:, None].expand(rows, n)
+        ratio = bound_ratio(out, *oracle_contiguous(a, b, sa, sb, ids), valid, BLOCK_ACCUM_TOL)
+        record(f"contiguous {name}", f"G={groups} rows={rows} n={n}", ratio, bool(out[~valid].isnan().all()))
         # masked: an empty group and a full one; rows past masked_m poisoned
         groups, m, n, k = 4, 512, 7168, 2048
         masked_m = torch.tensor([0, 100, 511, 512], dtype=torch.int32, device="cuda")
@@ -188,23 +182,19 @@ def check_section(report):
             a[g, valid:] = torch.full(a[g, valid:].shape, float("nan"), device="cuda").to(E4M3)
         out = torch.full((groups, m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         glu.group_gemm_masked(GroupedMasked(a, b, sa, sb, masked_m, 256, out), config=config)
-        worst, untouched = 0.0, True
-        for g, valid in enumerate(masked_m.tolist()):
-            if valid:
-                oracle = dequant(a[g, :valid], sa[g, :valid], 1) @ dequant(b[g], sb[g], 128).t()
-                worst = max(worst, error_ratio(out[g, :valid], oracle, 2**-8, 2e-3))
-            untouched &= bool(out[g, valid:].isnan().all())
-        record(f"masked {name}", f"G={groups} m={m} n={n}", worst, untouched)
+        valid = (torch.arange(m, device="cuda")[None, :, None] < masked_m[:, None, None]).expand(groups, m, n)
+        ratio = bound_ratio(out, *oracle_masked(a, b, sa, sb, masked_m), valid, BLOCK_ACCUM_TOL)
+        record(f"masked {name}", f"G={groups} m={m} n={n}", ratio, bool(out[~valid].isnan().all()))
 
-    # FP8 output: dequantized within half an e4m3 ulp (2**-4) of the float64 product
+    # FP8 output: the scales and the dequantized values
     m, n, k = 256, 2112, 7168
     a, b, sa, sb = fp8(m, k), fp8(n, k), pow2(m, k // 128), pow2(17, k // 128)
     out8 = torch.empty(m, n, device="cuda", dtype=E4M3)
     scales = torch.full((m, 17), float("nan"), device="cuda")
     glu.gemm_groupwise(groupwise(a, b, sa, sb, out8, scales))
-    acc = dequant(a, sa, 1) @ dequant(b, sb, 128).t()
-    record("dense fp8 output", f"{m}x{n}x{k}",
-           error_ratio(out8.double() * scales.double().repeat_interleave(128, 1)[:, :n], acc, 2**-5, 2e-3))  # fmt: skip
+    ratios = fp8_output_ratios(out8, scales, *oracle_groupwise(a, b, sa, sb, 1, 128, 128), BLOCK_ACCUM_TOL)
+    for part, ratio in zip(("scales", "values"), ratios):
+        record(f"dense fp8 output {part}", f"{m}x{n}x{k}", ratio)
 
     for config in gbmm.CONFIGS:
         for tokens, (k, n) in ((77, (128, 512)), (512, (512, 128))):
@@ -212,12 +202,8 @@ def check_section(report):
             A_scale, B_scale = pow2(128, tokens, 1), pow2(128, 1, n)
             out = torch.full((128, tokens, n), float("nan"), device="cuda", dtype=torch.bfloat16)
             gbmm.fp8_bmm(Bmm(A, B, out, A_scale, B_scale), config=config)
-            oracle = A.double() @ B.double() * A_scale.double() * B_scale.double()
-            record(
-                f"bmm {config_name(config)}",
-                f"h=128 t={tokens} {k}->{n}",
-                error_ratio(out, oracle, 2**-8, 2e-2),
-            )
+            ratio = bound_ratio(out, *oracle_bmm(A, B, A_scale, B_scale), slack=FAST_ACCUM_TOL)
+            record(f"bmm {config_name(config)}", f"h=128 t={tokens} {k}->{n}", ratio)
 
 
 # ---------------------------------------------------------------------------------------------

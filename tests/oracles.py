@@ -1,9 +1,9 @@
 """The float64 oracles, the input builders and the tolerance rules of every test (one module).
 
 Oracles are written from the FlashInfer v0.6.17 contract, independently of the package (whose
-reference implementation works in float32, blocked and online): explicit per-K-block sums and
-per-row group lookups for the GEMMs, gather-mask-softmax over every candidate key for decode
-(FlashMLA style), a float64 rotation for RoPE.
+reference implementation works in float32, blocked and online): one float64 product of the
+dequantized operands for the GEMMs (the per-K-block sums regrouped), gather-mask-softmax over
+every candidate key for decode (FlashMLA style), a float64 rotation for RoPE.
 
 Inputs are exactly representable: FP8 operands are random values already cast to FP8, scales
 are powers of two, decode inputs are values already in the cache dtype. So what is left between
@@ -14,7 +14,9 @@ Tolerance rules, one per output dtype, stated here once:
 - bf16 / fp16 / fp32 GEMM outputs (:func:`assert_matches`): every element within
   ``RTOL[dtype] * |ref| + ACC_TOL * ref_abs`` (half an output ulp plus a bound on float32
   accumulation, ``ref_abs`` the same product over absolute values); fp16 adds 2**-24 for
-  subnormals. An implementation on tensor cores adds ``slack * rms(ref)`` (``optable.CUDA_SLACK``).
+  subnormals. An implementation on tensor cores adds ``slack * rms(ref)`` (``optable.CUDA_SLACK``,
+  tests/gpu's ``*_ACCUM_TOL``); past that, a kernel suite may hold a GPU kernel to no worse than
+  cuBLASLt's error on the same inputs (:func:`assert_matches_or_no_worse`).
 - FP8 E4M3 GEMM outputs with a per-128-column scale (:func:`assert_fp8_output`): one E4M3 ulp.
 - FP8 RoPE outputs (:func:`assert_fp8_close`): within one FP8 step, and at most 1% of the
   elements not bit-exact (a rounding tie between float32 and float64).
@@ -150,39 +152,66 @@ def oracle_bmm(A, B, sa=None, sb=None):
     return ref, ref_abs
 
 
-def oracle_groupwise(a, b, sa, sb, gm, gn, gk):
-    """``sum_kb sa[i//gm, kb] * sb[j//gn, kb] * sum_{k in kb} a[i,k] b[j,k]`` in float64.
+def expand_blocks(scale, rows, cols, block_rows, block_cols):
+    """float64 per-element scales from block scales, cropped to ``rows x cols`` (any device)."""
+    scale = scale.double().repeat_interleave(block_rows, dim=-2)[..., :rows, :]
+    return scale.repeat_interleave(block_cols, dim=-1)[..., :cols]
 
-    ``sa`` is ``(ceil(m/gm), kb)`` and ``sb`` ``(ceil(n/gn), kb)`` in logical K-major order.
+
+def dequant(x, scale, block_rows, block_cols=128):
+    """float64 ``x`` times its ``block_rows x block_cols`` block scales."""
+    rows, cols = x.shape[-2:]
+    return x.double() * expand_blocks(scale, rows, cols, block_rows, block_cols)
+
+
+def _products(a, b):
+    """float64 ``(a @ b^T, |a| @ |b|^T)`` of dequantized operands."""
+    return a @ b.t(), a.abs() @ b.abs().t()
+
+
+def oracle_groupwise(a, b, sa, sb, gm, gn, gk):
+    """float64 ``(ref, ref_abs)`` of the block-scaled ``a @ b^T``, on the operands' device.
+
+    The contract's ``sum_kb sa[i//gm, kb] * sb[j//gn, kb] * sum_{k in kb} a[i,k] b[j,k]``
+    regrouped as one product of the dequantized operands: FP8 values times power-of-two scales,
+    and their products, are exact in float64, so only the float64 sums round (at most
+    ``k * 2**-53 * ref_abs``, far below every tolerance).
+
+    Parameters
+    ----------
+    a, b : torch.Tensor
+        ``(m, k)`` and ``(n, k)`` FP8 (or any float) operands.
+    sa, sb : torch.Tensor
+        ``(ceil(m/gm), ceil(k/gk))`` and ``(ceil(n/gn), ceil(k/gk))`` scales in logical K-major
+        order (any strides).
+    gm, gn, gk : int
+        The scale blocks' rows of ``a``, rows of ``b`` and depth.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``ref (m, n)`` and ``ref_abs (m, n)``, the same product over absolute values (the
+        accumulation term of :func:`assert_matches`).
     """
-    m, k = a.shape
-    n = b.shape[0]
-    rows = torch.arange(m, device=a.device) // gm
-    cols = torch.arange(n, device=a.device) // gn
-    ref = torch.zeros(m, n, dtype=torch.float64, device=a.device)
-    ref_abs = torch.zeros(m, n, dtype=torch.float64, device=a.device)
-    for kb in range(math.ceil(k / gk)):
-        part = slice(kb * gk, min(k, (kb + 1) * gk))
-        scale = sa.double()[rows, kb][:, None] * sb.double()[cols, kb][None, :]
-        ref += scale * (a[:, part].double() @ b[:, part].double().t())
-        ref_abs += scale.abs() * (a[:, part].double().abs() @ b[:, part].double().abs().t())
-    return ref, ref_abs
+    return _products(dequant(a, sa, gm, gk), dequant(b, sb, gn, gk))
 
 
 def oracle_contiguous(a, b, sa, sb, ids):
-    """Per row ``r``: the groupwise oracle of row r against group ``ids[r]``; rows with invalid ids: NaN."""
-    m, n, groups = a.shape[0], b.shape[1], b.shape[0]
+    """Row ``r`` against group ``ids[r]`` as :func:`oracle_groupwise` (1 x 128 A blocks, 128 x 128
+    B blocks); rows of no group (an id outside ``[0, G)``): NaN."""
+    m, n = a.shape[0], b.shape[1]
+    a_deq = dequant(a, sa, 1)  # before selecting rows: float8 tensors take no boolean index on CUDA
     ref = torch.full((m, n), float("nan"), dtype=torch.float64, device=a.device)
     ref_abs = torch.zeros(m, n, dtype=torch.float64, device=a.device)
-    for g in range(groups):
-        rows = (ids == g).nonzero().flatten()
-        if len(rows):
-            r, ra = oracle_groupwise(a[rows], b[g], sa[rows], sb[g], 1, 128, 128)
-            ref[rows], ref_abs[rows] = r, ra
+    for g in range(b.shape[0]):
+        mine = ids == g
+        ref[mine], ref_abs[mine] = _products(a_deq[mine], dequant(b[g], sb[g], 128))
     return ref, ref_abs
 
 
 def oracle_masked(a, b, sa, sb, masked_m):
+    """Group ``g``'s first ``clamp(masked_m[g], 0, m)`` rows as :func:`oracle_groupwise` (1 x 128 A
+    blocks, 128 x 128 B blocks); the rows past them: NaN."""
     groups, m, _ = a.shape
     n = b.shape[1]
     ref = torch.full((groups, m, n), float("nan"), dtype=torch.float64, device=a.device)
@@ -220,11 +249,6 @@ def quantize_oracle(x: torch.Tensor, block_rows: int):
     """:func:`quantized_blocks` with the values cast to e4m3 (round to nearest even)."""
     values, scales, amax = quantized_blocks(x, block_rows)
     return values.to(E4M3), scales, amax
-
-
-def dequantized(values, scales, block_rows):
-    per_element = scales.double().repeat_interleave(block_rows, 0)[: values.shape[0]]
-    return values.double() * per_element.repeat_interleave(128, 1)
 
 
 def blockscale_oracle(input, weight, input_scale, weight_scale):
@@ -272,69 +296,7 @@ def oracle_segments(a, b, a_rows, b_blocks, m_indptr):
     return ref, ref_abs
 
 
-def expand_blocks(scale, rows, cols, block_rows, block_cols):
-    """float64 per-element scales from block scales, cropped to ``rows x cols`` (any device)."""
-    scale = scale.double().repeat_interleave(block_rows, dim=-2)[..., :rows, :]
-    return scale.repeat_interleave(block_cols, dim=-1)[..., :cols]
-
-
-def dequant(x, scale, block_rows, block_cols=128):
-    rows, cols = x.shape[-2:]
-    return x.double() * expand_blocks(scale, rows, cols, block_rows, block_cols)
-
-
-def groupwise_dequant_oracle(a, b, a_scale, b_scale, granularity):
-    """float64 ``dequant(a) @ dequant(b)^T`` on the operands' device (the kernel suites' sizes:
-    one product instead of :func:`oracle_groupwise`'s per-block sums)."""
-    gm, gn, gk = granularity
-    return dequant(a, a_scale, gm, gk) @ dequant(b, b_scale, gn, gk).t()
-
-
-def contiguous_dequant_oracle(a, b, a_scale, b_scale, m_indices):
-    """:func:`groupwise_dequant_oracle` per group of ``m_indices`` (1 x 128 A blocks, 128 x 128 B
-    blocks); rows of no group NaN."""
-    rows, n = a.shape[0], b.shape[1]
-    a_deq = dequant(a, a_scale, 1)
-    oracle = torch.full((rows, n), float("nan"), dtype=torch.float64, device=a.device)
-    for g in range(b.shape[0]):
-        mine = m_indices == g
-        oracle[mine] = a_deq[mine] @ dequant(b[g], b_scale[g], 128).t()
-    return oracle
-
-
 # ============================================================================ GEMM tolerances
-
-# One output ulp (fp32: the accumulation order) for the kernel suites' rule below.
-ULP = {BF16: 2**-8, FP16: 2**-11, FP32: 2**-20}
-
-
-def rms_bound_ratio(out, oracle, dtype, norm_tol=1e-4) -> float:
-    """max over elements of error / bound under :func:`assert_within_rms`'s rule (<= 1 passes)."""
-    oracle = oracle.double()
-    rms = oracle.pow(2).mean().sqrt().item() if oracle.numel() else 0.0
-    err = (out.double() - oracle).abs()
-    bound = 2 * ULP[dtype] * oracle.abs() + norm_tol * rms + 1e-30
-    return (err / bound).max().item() if err.numel() else 0.0
-
-
-def assert_within_rms(out, oracle, dtype, norm_tol=1e-4):
-    """The kernel suites' rule (tests/gpu at real sizes): elementwise within one ``dtype`` ulp
-    (``2 * ULP``), plus ``norm_tol`` x the oracle's rms for the accumulation on tensor cores."""
-    worst = rms_bound_ratio(out, oracle, dtype, norm_tol)
-    assert worst <= 1.0, f"max error / bound = {worst:.3g}"
-
-
-def assert_within_rms_or_no_worse(out, oracle, dtype, norm_tol, yardstick):
-    """:func:`assert_within_rms`, or, past its bound, no worse than ``yardstick()`` (another
-    kernel's output on the same inputs, e.g. cuBLASLt's block-scaled GEMM) against the same
-    oracle and bound. Hopper's FP8 tensor cores keep fewer bits than float32 while they
-    accumulate a 128-deep block, which on some inputs takes an element past the block-scaled
-    bound; a kernel must then be no worse than the vendor library's."""
-    ours = rms_bound_ratio(out, oracle, dtype, norm_tol)
-    if ours <= 1.0:
-        return
-    theirs = rms_bound_ratio(yardstick(), oracle, dtype, norm_tol)
-    assert ours <= theirs, f"max error / bound = {ours:.3g}; the yardstick's on the same inputs: {theirs:.3g}"
 
 
 def _rms(ref, valid=None) -> float:
@@ -343,32 +305,91 @@ def _rms(ref, valid=None) -> float:
     return values.pow(2).mean().sqrt().item() if values.numel() else 0.0
 
 
-def assert_matches(out, ref, ref_abs, valid=None, slack=0.0):
-    """Every element of ``out`` (where ``valid``) within the stated bound, plus ``slack`` times
-    the rms of the result (an accumulation with fewer bits than float32: tensor cores); the
-    other elements untouched (NaN)."""
-    dtype = out.dtype
-    got = out.double()
-    if valid is None:
-        valid = torch.ones(ref.shape, dtype=torch.bool)
-    if dtype == E4M3:
+def _bound(ref, ref_abs, dtype, valid, slack):
+    """:func:`assert_matches`'s bound per element."""
+    if dtype not in RTOL:
         raise AssertionError("use assert_fp8_output for FP8 outputs")
     bound = RTOL[dtype] * ref.abs() + ACC_TOL * ref_abs + (2.0**-24 if dtype == FP16 else 0.0)
-    if slack:
-        bound = bound + slack * _rms(ref, valid)
-    err = (got - ref).abs()
-    bad = valid & ~(err <= bound)
+    return bound + slack * _rms(ref, valid) if slack else bound
+
+
+def _all_valid(ref, valid):
+    return torch.ones(ref.shape, dtype=torch.bool, device=ref.device) if valid is None else valid
+
+
+def _ratio(err, bound) -> float:
+    """Largest ``err / bound`` (a zero error counts 0 whatever its bound; NaN where ``err`` is)."""
+    return torch.where(err == 0, 0.0, err / bound).max().item() if err.numel() else 0.0
+
+
+def assert_matches(out, ref, ref_abs, valid=None, slack=0.0):
+    """The rule of bf16, fp16 and fp32 GEMM outputs: every element of ``out`` where ``valid``
+    within ``RTOL[dtype] * |ref| + ACC_TOL * ref_abs + slack * rms(ref)``, the others untouched
+    (NaN).
+
+    ``RTOL`` is the output's rounding (half an ulp: bf16 2**-8, fp16 2**-11 plus 2**-24 for
+    subnormals; fp32 2**-23), ``ACC_TOL = 2**-16`` bounds a float32 accumulation over
+    ``ref_abs`` (``sum |a| |b|``), and ``slack`` is an accumulation with fewer bits than float32
+    (tensor cores: ``optable.CUDA_SLACK``, tests/gpu's ``*_ACCUM_TOL``).
+
+    Parameters
+    ----------
+    out : torch.Tensor
+        The result, bf16, fp16 or fp32 (FP8: :func:`assert_fp8_output`).
+    ref, ref_abs : torch.Tensor
+        float64 oracle and its product over absolute values, on ``out``'s device.
+    valid : torch.Tensor, optional
+        Boolean mask of the elements to compare (default all); the others must be NaN.
+    slack : float
+        Extra bound in units of ``rms(ref)`` over the valid elements.
+    """
+    got = out.double()
+    valid = _all_valid(ref, valid)
+    bad = valid & ~((got - ref).abs() <= _bound(ref, ref_abs, out.dtype, valid, slack))
     assert not bad.any(), (
         f"{int(bad.sum())} of {int(valid.sum())} elements out of tolerance; first at "
         f"{bad.nonzero()[0].tolist()}: got {got[bad][0].item()}, expected {ref[bad][0].item()}"
     )
-    untouched = ~valid
-    assert got[untouched].isnan().all(), "rows that must be left untouched were written"
+    assert got[~valid].isnan().all(), "rows that must be left untouched were written"
 
 
-def assert_fp8_output(out, output_scale, ref, ref_abs, slack=0.0):
-    """An E4M3 output with one float32 scale per 128 columns: the scale is the block's amax / 448
-    (within the accumulation error), each element within one E4M3 ulp (``slack``: as above)."""
+def bound_ratio(out, ref, ref_abs, valid=None, slack=0.0) -> float:
+    """Largest ``|out - ref|`` over :func:`assert_matches`'s bound among the ``valid`` elements.
+
+    Returns
+    -------
+    float
+        At most 1 where :func:`assert_matches` passes on them; NaN where ``out`` has a NaN.
+    """
+    valid = _all_valid(ref, valid)
+    return _ratio((out.double() - ref).abs()[valid], _bound(ref, ref_abs, out.dtype, valid, slack)[valid])
+
+
+def assert_matches_or_no_worse(out, ref, ref_abs, slack, yardstick):
+    """:func:`assert_matches`, or, past its bound, no worse than ``yardstick()``.
+
+    Hopper's FP8 tensor cores keep fewer bits than float32 while they accumulate a 128-deep
+    block, which on some inputs takes an element past the block-scaled bound; a kernel must then
+    be no worse than the vendor library's.
+
+    Parameters
+    ----------
+    out, ref, ref_abs, slack
+        As :func:`assert_matches` (every element valid).
+    yardstick : callable
+        ``() -> torch.Tensor``: another kernel's output on the same inputs (e.g. cuBLASLt's
+        block-scaled GEMM), held to the same oracle and bound.
+    """
+    ours = bound_ratio(out, ref, ref_abs, slack=slack)
+    if ours <= 1.0:
+        return
+    theirs = bound_ratio(yardstick(), ref, ref_abs, slack=slack)
+    assert ours <= theirs, f"max error / bound = {ours:.3g}; the yardstick's on the same inputs: {theirs:.3g}"
+
+
+def fp8_output_ratios(out, output_scale, ref, ref_abs, slack=0.0) -> tuple:
+    """``(scale, values)``: the largest error over :func:`assert_fp8_output`'s bound of the
+    output scales and of the dequantized values (each at most 1 where it passes)."""
     n = ref.shape[1]
     acc = slack * _rms(ref)
     nb = math.ceil(n / 128)
@@ -377,13 +398,19 @@ def assert_fp8_output(out, output_scale, ref, ref_abs, slack=0.0):
     scale_err = (output_scale.double() - expected_scale).abs()
     # The scale is computed from the float32 accumulator: its error is the accumulation error.
     acc_bound = ACC_TOL * torch.nn.functional.pad(ref_abs, (0, nb * 128 - n)).view(-1, nb, 128).amax(-1) / 448
-    assert (scale_err <= acc_bound + acc / 448 + 2.0**-23 * expected_scale).all(), (
-        "output_scale out of tolerance"
-    )
+    scale_bound = acc_bound + acc / 448 + 2.0**-23 * expected_scale
     per_element = output_scale.double().repeat_interleave(128, 1)[:, :n]
     deq = out.double() * per_element
     bound = 2.0**-3 * ref.abs() + 2.0**-9 * per_element + 2 * ACC_TOL * ref_abs + 2 * acc
-    assert ((deq - ref).abs() <= bound).all(), "FP8 output out of tolerance"
+    return _ratio(scale_err, scale_bound), _ratio((deq - ref).abs(), bound)
+
+
+def assert_fp8_output(out, output_scale, ref, ref_abs, slack=0.0):
+    """An E4M3 output with one float32 scale per 128 columns: the scale is the block's amax / 448
+    (within the accumulation error), each element within one E4M3 ulp (``slack``: as above)."""
+    scale, values = fp8_output_ratios(out, output_scale, ref, ref_abs, slack)
+    assert scale <= 1.0, "output_scale out of tolerance"
+    assert values <= 1.0, "FP8 output out of tolerance"
 
 
 def _quantization_error(x, block_rows):
@@ -404,11 +431,11 @@ def quantization_error_bound(input, weight, input_scale, weight_scale, out_dtype
     plus one output rounding. So W8A8 is exact up to accumulation and rounding, BF16 + FP8 adds
     about ``2**-4 sum |a||b|`` (the activation's 3-bit mantissa), BF16 + BF16 twice that.
     """
-    a = input.double() if input.dtype == torch.bfloat16 else dequantized(input, input_scale, 1)
+    a = input.double() if input.dtype == torch.bfloat16 else dequant(input, input_scale, 1)
     if weight.dtype == torch.bfloat16:
         b = weight.double()
     else:
-        b = dequantized(weight, weight_scale, 1 if weight_scale.shape[0] == weight.shape[0] else 128)
+        b = dequant(weight, weight_scale, 1 if weight_scale.shape[0] == weight.shape[0] else 128)
     da, db = _quantization_error(input, 1), _quantization_error(weight, 128)
     ref = a @ b.t()
     bound = da @ b.abs().t() + a.abs() @ db.t() + da @ db.t()
@@ -426,8 +453,11 @@ def saturate(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def rotate(x, cache, pos_ids, is_neox):
-    """``x [nnz, ..., rope_dim]`` rotated by the cache rows at ``pos_ids``, in float64."""
-    rows = cache.double()[pos_ids.long()]
+    """``x [nnz, ..., rope_dim]`` rotated by the cache rows at ``pos_ids``, in float64; NaN for
+    the tokens whose position is outside the cache (the contract: their rope outputs are NaN)."""
+    valid = (pos_ids >= 0) & (pos_ids < cache.shape[0])
+    rows = cache.double()[pos_ids.long().clamp(0, cache.shape[0] - 1)]
+    rows[~valid] = float("nan")
     half = cache.shape[1] // 2
     cos, sin = rows[:, :half], rows[:, half:]
     x = x.double()
@@ -444,7 +474,8 @@ def rotate(x, cache, pos_ids, is_neox):
 
 
 def rope_oracle(q_rope, k_rope, q_nope, k_nope, cache, pos_ids, is_neox, scale_q, scale_kv, dtype):
-    """The four FP8 outputs of ``rope_quantize_fp8`` computed in float64 (nope may be None)."""
+    """The four FP8 outputs of ``rope_quantize_fp8`` computed in float64 (nope may be None;
+    rope outputs NaN for positions outside the cache)."""
 
     def nope(x, scale, like):
         if x is None:

@@ -8,7 +8,7 @@ Inputs are FP8 values and power-of-two scales (exact in float64), so the error l
 cores' FP8 accumulation within a 128-deep block (``BLOCK_ACCUM_TOL`` of the output's rms) or over
 the whole k for the batched kernel (``FAST_ACCUM_TOL``), and the final rounding; past the
 block-scaled bound a kernel must be no worse than cuBLASLt's block-scaled GEMM on the same inputs
-(``oracles.assert_within_rms_or_no_worse``).
+(``oracles.assert_matches_or_no_worse``; the bound: ``oracles.assert_matches``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,13 @@ from cuda_inputs import (
     nan_like,
     pow2,
 )
-from oracles import assert_within_rms as check
-from oracles import assert_within_rms_or_no_worse, dequant
-from oracles import contiguous_dequant_oracle as contiguous_oracle
+from oracles import (
+    assert_matches,
+    assert_matches_or_no_worse,
+    oracle_bmm,
+    oracle_contiguous,
+    oracle_groupwise,
+)
 
 from flashinfer.gemm._args import Bmm, GroupedContiguous, GroupedMasked, Groupwise
 
@@ -68,11 +72,9 @@ def cdiv(a, b):
 
 
 def check_dense(out, a, b, a_scale, b_scale, block_m):
-    oracle = dequant(a, a_scale, block_m) @ dequant(b, b_scale, 128).t()
-    assert_within_rms_or_no_worse(
+    assert_matches_or_no_worse(
         out,
-        oracle,
-        out.dtype,
+        *oracle_groupwise(a, b, a_scale, b_scale, block_m, 128, 128),
         BLOCK_ACCUM_TOL,
         lambda: cublas_blockscaled(a, b, a_scale, b_scale, block_m, out.dtype),
     )
@@ -207,8 +209,9 @@ def test_decode_gemm_gluon_layouts(seed, case):
     out = nan_like((m, 2 * n), out_dtype)[:, ::2] if case == "strided_out" else nan_like((m, n), out_dtype)
     call = Groupwise(a, b, a_scale, b_scale, False, False, block_m, block_n, 128, out)
     decode_gemm().gemm_groupwise(call, gluon_decode_config(64, 64, 4, 2 if case == "shallow" else None))
-    oracle = dequant(a, a_scale, block_m) @ dequant(b, b_scale, block_n).t()
-    check(out, oracle, out_dtype, BLOCK_ACCUM_TOL)
+    assert_matches(
+        out, *oracle_groupwise(a, b, a_scale, b_scale, block_m, block_n, 128), slack=BLOCK_ACCUM_TOL
+    )
 
 
 @pytest.mark.slow
@@ -226,12 +229,8 @@ def test_decode_gemm_gluon_every_table_launch_shape(seed):
                 out = nan_like((m, n), torch.bfloat16)
                 call = groupwise(a, b, a_scale, b_scale, block_m, out)
                 decode_gemm().gemm_groupwise(call, decode_gemm().DecodeGemmConfig(*config))
-                check(
-                    out,
-                    dequant(a, a_scale, block_m) @ dequant(b, b_scale, 128).t(),
-                    torch.bfloat16,
-                    BLOCK_ACCUM_TOL,
-                )
+                expected = oracle_groupwise(a, b, a_scale, b_scale, block_m, 128, 128)
+                assert_matches(out, *expected, slack=BLOCK_ACCUM_TOL)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,7 +240,7 @@ def test_decode_gemm_gluon_every_table_launch_shape(seed):
 def check_contiguous(out, a, b, a_scale, b_scale, m_indices):
     valid = (m_indices >= 0) & (m_indices < b.shape[0])
     assert out[~valid].isnan().all(), "rows of no group were written"
-    oracle = contiguous_oracle(a, b, a_scale, b_scale, m_indices)
+    ref, ref_abs = oracle_contiguous(a, b, a_scale, b_scale, m_indices)
 
     def cublas():
         theirs = torch.empty_like(out)
@@ -252,7 +251,7 @@ def check_contiguous(out, a, b, a_scale, b_scale, m_indices):
                 theirs[mine] = cublas_blockscaled(rows, b[g], a_scale[mine], b_scale[g], 1, out.dtype)
         return theirs[valid]
 
-    assert_within_rms_or_no_worse(out[valid], oracle[valid], torch.bfloat16, BLOCK_ACCUM_TOL, cublas)
+    assert_matches_or_no_worse(out[valid], ref[valid], ref_abs[valid], BLOCK_ACCUM_TOL, cublas)
 
 
 @pytest.mark.slow
@@ -332,8 +331,7 @@ def test_bmm_every_config(seed, name, tokens, k, n, scales):
         A_scale, B_scale = pow2((heads, tokens, 1)), pow2((heads, 1, n))
     out = nan_like((heads, tokens, n), torch.bfloat16)
     batched().fp8_bmm(Bmm(A, B, out, A_scale, B_scale), config=getattr(batched(), name))
-    oracle = (A.double() @ B.double()) * A_scale.double() * B_scale.double()
-    check(out, oracle, torch.bfloat16, FAST_ACCUM_TOL)
+    assert_matches(out, *oracle_bmm(A, B, A_scale, B_scale), slack=FAST_ACCUM_TOL)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,7 +384,7 @@ def routed_calls(monkeypatch, tier):
     A_scale, B_scale = pow2(()), pow2(())
     bout = nan_like((128, 64, 128), torch.bfloat16)
     _cuda.bmm(Bmm(A, B, bout, A_scale, B_scale))
-    check(bout, A.double() @ B.double() * A_scale.double() * B_scale.double(), torch.bfloat16, FAST_ACCUM_TOL)
+    assert_matches(bout, *oracle_bmm(A, B, A_scale, B_scale), slack=FAST_ACCUM_TOL)
     return spies
 
 
@@ -419,5 +417,5 @@ def test_layouts_tma_cannot_read_take_the_portable_kernels(seed, monkeypatch):
     scale = pow2(())
     bout = nan_like((8, 64, 128), torch.bfloat16)
     _cuda.bmm(Bmm(A, B, bout, scale, scale))
-    check(bout, A.double() @ B.double() * scale.double() ** 2, torch.bfloat16, FAST_ACCUM_TOL)
+    assert_matches(bout, *oracle_bmm(A, B, scale, scale), slack=FAST_ACCUM_TOL)
     assert spy_blockwise.calls == spy_bmm.calls == 0

@@ -2,16 +2,16 @@
 TRITON_INTERPRET=1, against the float64 oracle of tests/oracles.py.
 
 FP8 inputs and power-of-two scales are exact in float64, so the only rounding left is the fp32
-accumulation (whose order the split changes) and the final cast: one output ulp. Outputs are
-poisoned with NaN; strided outputs keep their untouched elements NaN.
+accumulation (whose order the split changes) and the final cast: ``oracles.assert_matches``.
+Outputs are poisoned with NaN; strided outputs keep their untouched elements NaN.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from oracles import groupwise_dequant_oracle
-from test_triton_kernels import E4M3, E5M2, assert_close_to, fp8, groupwise, nan_like, pow2
+from oracles import assert_matches, oracle_groupwise
+from test_triton_kernels import E4M3, E5M2, fp8, groupwise, nan_like, pow2
 
 pytestmark = pytest.mark.triton
 
@@ -64,7 +64,7 @@ def test_every_tile_and_split(seed, tma, block_n, block_m, split, swap, granular
 
     decode().gemm_groupwise(groupwise(a, b, a_scale, b_scale, granularity, out), config)
 
-    assert_close_to(out, groupwise_dequant_oracle(a, b, a_scale, b_scale, granularity), torch.bfloat16)
+    assert_matches(out, *oracle_groupwise(a, b, a_scale, b_scale, *granularity))
 
 
 @pytest.mark.parametrize("a_dtype, b_dtype", [(E4M3, E5M2), (E5M2, E5M2)], ids=str)
@@ -76,7 +76,7 @@ def test_fp8_formats_fp16_output_and_a_ragged_k(seed, a_dtype, b_dtype):
 
     decode().gemm_groupwise(groupwise(a, b, a_scale, b_scale, (1, 128, 128), out))
 
-    assert_close_to(out, groupwise_dequant_oracle(a, b, a_scale, b_scale, (1, 128, 128)), torch.float16)
+    assert_matches(out, *oracle_groupwise(a, b, a_scale, b_scale, 1, 128, 128))
 
 
 @pytest.mark.parametrize("split, swap", [(1, True), (2, True), (2, False)])
@@ -84,7 +84,7 @@ def test_strided_and_transposed_outputs(seed, tma, split, swap):
     m, n, k = 9, 64, 256
     a, b = fp8((m, k)), fp8((n, k))
     a_scale, b_scale = scales(m, n, k, (1, 128, 128))
-    oracle = groupwise_dequant_oracle(a, b, a_scale, b_scale, (1, 128, 128))
+    oracle = oracle_groupwise(a, b, a_scale, b_scale, 1, 128, 128)
     config = (
         decode().DecodeGemmConfig(64, 16, split, 2, 4)
         if swap
@@ -92,11 +92,11 @@ def test_strided_and_transposed_outputs(seed, tma, split, swap):
     )
     buffer = nan_like((m, 2 * n), torch.bfloat16)
     decode().gemm_groupwise(groupwise(a, b, a_scale, b_scale, (1, 128, 128), buffer[:, 1::2]), config)
-    assert_close_to(buffer[:, 1::2], oracle, torch.bfloat16)
+    assert_matches(buffer[:, 1::2], *oracle)
     assert buffer[:, 0::2].isnan().all()
     transposed = nan_like((n, m), torch.bfloat16).t()
     decode().gemm_groupwise(groupwise(a, b, a_scale, b_scale, (1, 128, 128), transposed), config)
-    assert_close_to(transposed, oracle, torch.bfloat16)
+    assert_matches(transposed, *oracle)
 
 
 def test_split_never_leaves_an_empty_range(seed):
@@ -109,7 +109,7 @@ def test_split_never_leaves_an_empty_range(seed):
     decode().gemm_groupwise(
         groupwise(a, b, a_scale, b_scale, (1, 128, 128), out), decode().DecodeGemmConfig(64, 16, 4, 2, 4)
     )
-    assert_close_to(out, groupwise_dequant_oracle(a, b, a_scale, b_scale, (1, 128, 128)), torch.bfloat16)
+    assert_matches(out, *oracle_groupwise(a, b, a_scale, b_scale, 1, 128, 128))
 
 
 def test_pick_config_reads_the_table_then_falls_back(monkeypatch):

@@ -1,12 +1,12 @@
-"""The MLA Triton kernels under the interpreter, against float64 oracles written here.
+"""The MLA Triton kernels under the interpreter, against the float64 oracles of tests/oracles.py.
 
 Small sizes (heads <= 17, topk <= 128, batch <= 3) keep the interpreter fast; D = 576 and 320 are
 the real head dims. Every output element is checked after poisoning with NaN.
 
-Tolerances: RoPE outputs within one FP8 rounding step of the float64 value (the kernel rotates in
-float32, so a value next to a rounding boundary may land on the other side); decode outputs
-within 2e-2 of ``max |ref|`` (bf16 probabilities and bf16 output), LSE within 1e-4 (float32
-softmax statistics).
+Tolerances: RoPE outputs by ``oracles.assert_fp8_close`` (within one FP8 rounding step of the
+float64 value, nearly all bit-exact: the kernel rotates in float32, so a value next to a rounding
+boundary may land on the other side); decode outputs within 2e-2 of ``max |ref|`` (bf16
+probabilities and bf16 output), LSE within 1e-4 (float32 softmax statistics).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import math
 
 import pytest
 import torch
+from oracles import assert_fp8_close, rope_oracle, rotate
 from oracles import decode_oracle_rows as decode_oracle
-from oracles import rotate
 
 from flashinfer.mla._args import Decode, Rope
 
@@ -28,28 +28,7 @@ INT32_MAX = 2**31 - 1
 FP8_NAN_BITS = 0x7F
 
 
-# --------------------------------------------------------------------------------------- oracles
-def rotated(x, cache, pos, is_neox, scale, valid):
-    """``oracles.rotate`` of ``x (nnz, H, R)``, times ``scale``; NaN for the tokens whose position
-    is not ``valid`` (outside the cache: the kernel writes NaN there)."""
-    y = rotate(x, cache, pos.clamp(0, cache.shape[0] - 1), is_neox) * scale
-    return torch.where(valid[:, None, None], y, float("nan"))
-
-
-def assert_fp8_close(out, ref, dtype):
-    """``out`` (FP8) equals the saturated ``ref`` (float64) within one FP8 rounding step."""
-    fmax = torch.finfo(dtype).max
-    ref = ref.clamp(-fmax, fmax)
-    got = out.double()
-    nan = ref.isnan()
-    assert torch.equal(got.isnan(), nan), "NaN pattern differs"
-    step = 2.0 ** -(3 if dtype == E4M3 else 2)  # one mantissa step, relative
-    tiny = torch.finfo(dtype).smallest_normal
-    err = (got - ref).abs()[~nan]
-    bound = (ref.abs() * step + tiny)[~nan]
-    assert (err <= bound).all(), f"max excess {(err - bound).max().item():.3g}"
-
-
+# ----------------------------------------------------------------------------- decode tolerance
 def assert_decode_close(out, lse, ref_out, ref_lse):
     assert not out.isnan().any(), "an output element was not written"
     scale = max(ref_out.abs().max().item(), 1e-3)
@@ -84,8 +63,7 @@ def test_rope_mla_merged_outputs(kernels, seed, k_2d, is_neox, out_dtype, in_dty
     q_rope = (torch.randn(nnz, heads, 2 * rdim) * 4).to(in_dtype)[..., rdim:]
     latent = (torch.randn(nnz, nope + rdim) * 4).to(in_dtype)
     cache = torch.randn(max_pos, rdim).to(cache_dtype)
-    pos = torch.tensor([0, 39, -1, 40, 17], dtype=pos_dtype)
-    valid = (pos >= 0) & (pos < max_pos)
+    pos = torch.tensor([0, 39, -1, 40, 17], dtype=pos_dtype)  # -1 and 40: outside the cache
     q_out = fp8_poisoned(nnz, heads, nope + rdim, dtype=out_dtype)
     k_out = fp8_poisoned(nnz, nope + rdim, dtype=out_dtype)
     scale_q, scale_kv = 3.0, 0.5
@@ -94,11 +72,12 @@ def test_rope_mla_merged_outputs(kernels, seed, k_2d, is_neox, out_dtype, in_dty
         q_rope, k_in[..., nope:], q_nope, k_in[..., :nope], cache, pos, is_neox,
         scale_q, scale_kv, q_out[..., nope:], k_dst[..., nope:], q_out[..., :nope], k_dst[..., :nope],
     ))  # fmt: skip
-    assert_fp8_close(q_out[..., nope:], rotated(q_rope, cache, pos, is_neox, scale_q, valid), out_dtype)
-    k_ref = rotated(latent[:, None, nope:], cache, pos, is_neox, scale_kv, valid)[:, 0]
-    assert_fp8_close(k_out[:, nope:], k_ref, out_dtype)
-    assert_fp8_close(q_out[..., :nope], q_nope.double() * scale_q, out_dtype)
-    assert_fp8_close(k_out[:, :nope], latent[:, :nope].double() * scale_kv, out_dtype)
+    expected = rope_oracle(
+        q_rope, latent[:, nope:], q_nope, latent[:, :nope], cache, pos, is_neox, scale_q, scale_kv, out_dtype
+    )
+    outputs = (q_out[..., nope:], k_out[:, nope:], q_out[..., :nope], k_out[:, :nope])
+    for name, out, want in zip(("q_rope", "k_rope", "q_nope", "k_nope"), outputs, expected):
+        assert_fp8_close(out, want, name)
 
 
 def test_rope_gqa_stride0_heads_no_nope_saturation(kernels, seed):
@@ -113,16 +92,15 @@ def test_rope_gqa_stride0_heads_no_nope_saturation(kernels, seed):
     )
     cache = torch.randn(8, rdim)
     pos = torch.tensor([1, 7, 3])
-    valid = torch.ones(nnz, dtype=torch.bool)
     q_out, k_out = fp8_poisoned(nnz, hq, rdim, dtype=E4M3), fp8_poisoned(nnz, hk, rdim, dtype=E4M3)
     rope.rope_quantize(Rope(
         q_rope, k_rope, empty_q, empty_k, cache, pos, True, 2.0, 1.0,
         q_out, k_out, empty_q.to(E4M3), empty_k.to(E4M3),
     ))  # fmt: skip
-    q_ref = rotated(q_rope, cache, pos, True, 2.0, valid)
-    assert (q_ref.abs() > 448).any(), "the case must exercise saturation"
-    assert_fp8_close(q_out, q_ref, E4M3)
-    assert_fp8_close(k_out, rotated(k_rope, cache, pos, True, 1.0, valid), E4M3)
+    assert (rotate(q_rope, cache, pos, True).abs() * 2.0 > 448).any(), "the case must exercise saturation"
+    q_ref, k_ref, _, _ = rope_oracle(q_rope, k_rope, None, None, cache, pos, True, 2.0, 1.0, E4M3)
+    assert_fp8_close(q_out, q_ref, "q_rope")
+    assert_fp8_close(k_out, k_ref, "k_rope")
 
 
 # ---------------------------------------------------------------------------------------- decode
