@@ -22,8 +22,10 @@ from oracles import (
     FP32,
     assert_fp8_output,
     assert_matches,
+    assert_matches_or_no_worse,
     blockscale_oracle,
     col_major,
+    cublas_blockscaled,
     fp8,
     on_oracle_device,
     oracle_bmm,
@@ -44,11 +46,17 @@ from flashinfer.utils import BackendSupportedError
 # ----------------------------------------------------------------------------- the table
 
 
-def _sample(name, args, kwargs, expected, valid=None, output_scale=None) -> Sample:
+def _sample(name, args, kwargs, expected, valid=None, output_scale=None, yardstick=None) -> Sample:
     """A GEMM call: ``expected() -> (ref, ref_abs)``; ``valid`` marks the rows that are written
-    (the others must keep their NaN); ``output_scale`` is the FP8 output's scale buffer."""
+    (the others must keep their NaN); ``output_scale`` is the FP8 output's scale buffer;
+    ``yardstick() -> out`` is cuBLASLt's result on the same inputs (:func:`compare`)."""
     outputs = ("out",) if isinstance(kwargs.get("out"), torch.Tensor) else ()  # output_scale: NaN-filled
-    return Sample(name, args, kwargs, expected, outputs, {"valid": valid})
+    return Sample(name, args, kwargs, expected, outputs, {"valid": valid, "yardstick": yardstick})
+
+
+def _cublas_yardstick(a, b, sa, sb, block_m, out_dtype):
+    """cuBLASLt's block-scaled GEMM on a dense groupwise call's operands (scales K-major)."""
+    return on_oracle_device(cublas_blockscaled, a, b, sa, sb, block_m, out_dtype)
 
 
 def _error(name, args, kwargs, exc, fragments) -> ErrorInput:
@@ -170,7 +178,8 @@ def groupwise_samples():
         o = poisoned(m, n, dtype=out_dtype) if out_kind == "poison" else strided_out(m, n, dtype=out_dtype)
         kwargs = {"scale_granularity_mnk": (gm, gn, gk), "out": o, "backend": backend}
         name = f"{backend}-{mode}-{gran}-{out_dtype}-{out_kind}-{m}x{n}x{k}"
-        out.append(_sample(name, (a, b, stored_a, stored_b, mode), kwargs, expected))
+        yardstick = _cublas_yardstick(a, b, sa, sb, gm, out_dtype)
+        out.append(_sample(name, (a, b, stored_a, stored_b, mode), kwargs, expected, yardstick=yardstick))
     for m, n, k, a_form in [
         (3, 256, 256, "contiguous"),
         (17, 128, 512, "column-major"),
@@ -942,7 +951,8 @@ def groupwise_real():
             )
             kwargs = {"scale_granularity_mnk": (gm, gn, gk), "out": o}
             expected = on_oracle_device(oracle_groupwise, a, b, sa, sb, gm, gn, gk)
-            return _sample(name, (a, b, *stored, mode), kwargs, expected)
+            yardstick = _cublas_yardstick(a, b, sa, sb, gm, out_dtype)
+            return _sample(name, (a, b, *stored, mode), kwargs, expected, yardstick=yardstick)
 
         return real(f"real-{mode}-{gran}-{out_dtype}-{out_kind}-{m}x{n}x{k}", make, slow)
 
@@ -1074,13 +1084,21 @@ def blockscale_real():
 
 
 def compare(result, call, slack=0.0, tensor_cores=False) -> None:
-    """``result`` against the oracle by the rule of its dtype (``oracles``), plus ``slack`` x rms."""
+    """``result`` against the oracle by the rule of its dtype (``oracles``), plus ``slack`` x rms.
+
+    On tensor cores a block-scaled FP8 call with a ``yardstick`` passes past the bound where
+    cuBLASLt on the same inputs is no closer to the oracle: Hopper keeps fewer bits than float32
+    inside each 128-deep K block, and on a real-size fp16 output (8.7M elements) one or two land
+    a fraction of an ulp past it, in every library (``oracles.assert_matches_or_no_worse``)."""
     ref, ref_abs = call.oracle()
     assert tuple(result.shape) == tuple(ref.shape), (tuple(result.shape), tuple(ref.shape))
     output_scale = call.kwargs.get("output_scale")
+    yardstick = call.extra.get("yardstick")
     if output_scale is not None:
         assert result.dtype == E4M3
         assert_fp8_output(result.cpu(), output_scale.cpu(), ref, ref_abs, slack)
+    elif tensor_cores and yardstick is not None:
+        assert_matches_or_no_worse(result.cpu(), ref, ref_abs, slack, yardstick)
     else:
         assert_matches(result.cpu(), ref, ref_abs, call.extra.get("valid"), slack)
 

@@ -15,8 +15,9 @@ Tolerance rules, one per output dtype, stated here once:
   ``RTOL[dtype] * |ref| + ACC_TOL * ref_abs`` (half an output ulp plus a bound on float32
   accumulation, ``ref_abs`` the same product over absolute values); fp16 adds 2**-24 for
   subnormals. An implementation on tensor cores adds ``slack * rms(ref)`` (``optable.CUDA_SLACK``,
-  tests/gpu's ``*_ACCUM_TOL``); past that, a kernel suite may hold a GPU kernel to no worse than
-  cuBLASLt's error on the same inputs (:func:`assert_matches_or_no_worse`).
+  tests/gpu's ``*_ACCUM_TOL``); past that, a block-scaled FP8 GEMM on CUDA is held to no worse
+  than cuBLASLt's error on the same inputs (:func:`assert_matches_or_no_worse`,
+  :func:`cublas_blockscaled`).
 - FP8 E4M3 GEMM outputs with a per-128-column scale (:func:`assert_fp8_output`): one E4M3 ulp.
 - FP8 RoPE outputs (:func:`assert_fp8_close`): within one FP8 step, and at most 1% of the
   elements not bit-exact (a rounding tie between float32 and float64).
@@ -385,6 +386,27 @@ def assert_matches_or_no_worse(out, ref, ref_abs, slack, yardstick):
         return
     theirs = bound_ratio(yardstick(), ref, ref_abs, slack=slack)
     assert ours <= theirs, f"max error / bound = {ours:.3g}; the yardstick's on the same inputs: {theirs:.3g}"
+
+
+def cublas_blockscaled(a, b, a_scale, b_scale, block_m, out_dtype):
+    """cuBLASLt's 1x128 / 128x128 block-scaled GEMM (``torch._scaled_mm``) on the same operands, the
+    kernel suites' yardstick for FP8 tensor-core accumulation: zero-padded to the sizes it takes
+    (m to 16 rows, n to 128 columns, k to 512; zeros add nothing to any sum, the padding's scales
+    are 1), ``block_m``-row A scale blocks expanded per row, scales in its layouts."""
+    m, k = a.shape
+    n = b.shape[0]
+    pm, pn, pk = -(-m // 16) * 16, -(-n // 128) * 128, -(-k // 512) * 512
+    ap = torch.zeros(pm, pk, device=a.device).to(E4M3)
+    ap[:m, :k] = a
+    bp = torch.zeros(pn, pk, device=a.device).to(E4M3)
+    bp[:n, :k] = b
+    rows = a_scale.repeat_interleave(block_m, 0)[:m]
+    sa = torch.ones(pm, pk // 128, device=a.device)
+    sa[:m, : rows.shape[1]] = rows
+    sb = torch.ones(pn // 128, pk // 128, device=a.device)
+    sb[: b_scale.shape[0], : b_scale.shape[1]] = b_scale
+    out = torch._scaled_mm(ap, bp.t(), sa.t().contiguous().t(), sb.t(), out_dtype=out_dtype)
+    return out[:m, :n]
 
 
 def fp8_output_ratios(out, output_scale, ref, ref_abs, slack=0.0) -> tuple:

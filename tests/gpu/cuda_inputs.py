@@ -23,27 +23,6 @@ def nan_like(shape, dtype):
     return torch.full(shape, float("nan"), device="cuda").to(dtype)
 
 
-def cublas_blockscaled(a, b, a_scale, b_scale, block_m, out_dtype):
-    """cuBLASLt's 1x128 / 128x128 block-scaled GEMM (``torch._scaled_mm``) on the same operands, the
-    kernel suites' yardstick for FP8 tensor-core accumulation: zero-padded to the sizes it takes
-    (m to 16 rows, n to 128 columns, k to 512; zeros add nothing to any sum, the padding's scales
-    are 1), ``block_m``-row A scale blocks expanded per row, scales in its layouts."""
-    m, k = a.shape
-    n = b.shape[0]
-    pm, pn, pk = -(-m // 16) * 16, -(-n // 128) * 128, -(-k // 512) * 512
-    ap = torch.zeros(pm, pk, device=a.device).to(E4M3)
-    ap[:m, :k] = a
-    bp = torch.zeros(pn, pk, device=a.device).to(E4M3)
-    bp[:n, :k] = b
-    rows = a_scale.repeat_interleave(block_m, 0)[:m]
-    sa = torch.ones(pm, pk // 128, device=a.device)
-    sa[:m, : rows.shape[1]] = rows
-    sb = torch.ones(pn // 128, pk // 128, device=a.device)
-    sb[: b_scale.shape[0], : b_scale.shape[1]] = b_scale
-    out = torch._scaled_mm(ap, bp.t(), sa.t().contiguous().t(), sb.t(), out_dtype=out_dtype)
-    return out[:m, :n]
-
-
 def needs_fp8():
     if torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("FP8 tensor cores need compute capability 8.9+")

@@ -17,7 +17,6 @@ import pytest
 import torch
 from cuda_inputs import (
     E4M3,
-    cublas_blockscaled,
     deepgemm_m_indices,
     fp8,
     nan_like,
@@ -26,6 +25,7 @@ from cuda_inputs import (
 from oracles import (
     assert_matches,
     assert_matches_or_no_worse,
+    cublas_blockscaled,
     oracle_bmm,
     oracle_contiguous,
     oracle_groupwise,
