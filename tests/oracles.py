@@ -17,7 +17,7 @@ Tolerance rules, one per output dtype, stated here once:
   subnormals. An implementation on tensor cores adds ``slack * rms(ref)`` (``optable.CUDA_SLACK``,
   tests/gpu's ``*_ACCUM_TOL``); past that, a block-scaled FP8 GEMM on CUDA is held to no worse
   than cuBLASLt's error on the same inputs (:func:`assert_matches_or_no_worse`,
-  :func:`cublas_blockscaled`).
+  :func:`cublas_blockscaled`, per-tensor FP8: :func:`cublas_fp8_bmm`).
 - FP8 E4M3 GEMM outputs with a per-128-column scale (:func:`assert_fp8_output`): one E4M3 ulp.
 - FP8 RoPE outputs (:func:`assert_fp8_close`): within one FP8 step, and at most 1% of the
   elements not bit-exact (a rounding tie between float32 and float64).
@@ -369,9 +369,10 @@ def bound_ratio(out, ref, ref_abs, valid=None, slack=0.0) -> float:
 def assert_matches_or_no_worse(out, ref, ref_abs, slack, yardstick):
     """:func:`assert_matches`, or, past its bound, no worse than ``yardstick()``.
 
-    Hopper's FP8 tensor cores keep fewer bits than float32 while they accumulate a 128-deep
-    block, which on some inputs takes an element past the block-scaled bound; a kernel must then
-    be no worse than the vendor library's.
+    Hopper's FP8 tensor cores keep fewer bits than float32 while they accumulate (a 128-deep
+    block; the whole k in fast accumulation), which on some inputs takes an element past the
+    bound, near a rounding midpoint by a whole output ulp; a kernel must then be no worse than
+    the vendor library's (:func:`cublas_blockscaled`, :func:`cublas_fp8_bmm`).
 
     Parameters
     ----------
@@ -386,6 +387,26 @@ def assert_matches_or_no_worse(out, ref, ref_abs, slack, yardstick):
         return
     theirs = bound_ratio(yardstick(), ref, ref_abs, slack=slack)
     assert ours <= theirs, f"max error / bound = {ours:.3g}; the yardstick's on the same inputs: {theirs:.3g}"
+
+
+def cublas_fp8_bmm(A, B, A_scale, B_scale, out_dtype):
+    """cuBLASLt's FP8 GEMM with fast accumulation (``torch._scaled_mm``, ``use_fast_accum=True``)
+    per batch on the same operands, ``bmm_fp8``'s yardstick: per-tensor scales as given; a
+    per-row or per-column scale makes both rowwise (a per-tensor one broadcast), the form
+    cuBLASLt's rowwise mode takes (bf16 output)."""
+    batch, m, _ = A.shape
+    n = B.shape[-1]
+    rowwise = A_scale.numel() > 1 or B_scale.numel() > 1
+    out = torch.empty(batch, m, n, dtype=out_dtype, device=A.device)
+    for i in range(batch):
+        if rowwise:
+            sa = A_scale.float().expand(batch, m, 1)[i].contiguous()
+            sb = B_scale.float().expand(batch, 1, n)[i].contiguous()
+        else:
+            sa, sb = A_scale.float().reshape(()), B_scale.float().reshape(())
+        b = B[i].t().contiguous().t()  # column-major, as cuBLASLt takes it
+        out[i] = torch._scaled_mm(A[i], b, sa, sb, out_dtype=out_dtype, use_fast_accum=True)
+    return out
 
 
 def cublas_blockscaled(a, b, a_scale, b_scale, block_m, out_dtype):
