@@ -76,7 +76,7 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
     Returns
     -------
     torch.Tensor
-        ``out``, ``[batch, m, n]``.
+        ``out``, ``[batch, m, n]`` of ``out_dtype`` (bfloat16 by default).
 
     Raises
     ------
@@ -196,7 +196,7 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
     Returns
     -------
     torch.Tensor
-        ``out``, ``[batch, m, n]``.
+        ``out``, ``[batch, m, n]``, of dtype ``dtype``.
 
     Raises
     ------

@@ -142,7 +142,8 @@ def gemm_fp8_nt_groupwise(
     Returns
     -------
     torch.Tensor
-        ``out``, ``[m, n]``.
+        ``out``, ``[m, n]``: ``out_dtype`` (bfloat16 by default), or float8_e4m3fn with
+        ``output_scale``.
 
     Raises
     ------
@@ -211,9 +212,8 @@ def gemm_fp8_nt_groupwise(
                 check_fp8(a, "a")
             if b.dtype not in E4M3:
                 check_fp8(b, "b")
-            if not a.is_contiguous():
+            if not (a.is_contiguous() and b.is_contiguous()):  # else both are K-major
                 check_k_major(a, "a")
-            if not b.is_contiguous():
                 check_k_major(b, "b")
             if scale_major_mode not in _MODES:
                 fail(ValueError, "scale_major_mode", "'K', 'MN' or None", describe(scale_major_mode))
@@ -322,7 +322,7 @@ def gemm_fp8_nt_blockscaled(
     Returns
     -------
     torch.Tensor
-        ``out``, ``[m, n]``.
+        ``out``, ``[m, n]`` of ``out_dtype`` (bfloat16 by default).
 
     Raises
     ------
