@@ -7,11 +7,11 @@ normalized arguments (``docs/internals.md``):
 - ``_cuda``: the NVIDIA path (vendor libraries through PyTorch, Triton kernels);
 - ``_mate``: the MUSA path through MATE; it routes what MATE cannot do to the reference.
 
-A package names itself, e.g. ``Dispatcher("flashinfer.gemm")`` in
-``flashinfer/gemm/_dispatch.py``, and each kind's module ``<package>._<kind>`` is imported on first
-use (importing a package never imports Triton or MATE). Backend *names* only select rules inside the API layer, never
-a module. ``FLASHINFER_FORCE_REFERENCE=1`` forces the reference on every device, for debugging
-and parity checks; it is read once, at import (set it before starting Python).
+A package names itself, e.g. ``Dispatcher("flashinfer.gemm")`` in ``flashinfer/gemm/_dispatch.py``,
+and each kind's module ``<package>._<kind>`` is imported on first use (importing a package never
+imports Triton or MATE). Backend *names* only select rules inside the API layer, never a module.
+``FLASHINFER_FORCE_REFERENCE=1`` forces the reference on every device, for debugging and parity
+checks; it is read once, at import (set it before starting Python).
 """
 
 from __future__ import annotations
