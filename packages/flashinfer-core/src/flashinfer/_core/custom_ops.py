@@ -7,11 +7,12 @@ imports Dynamo.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import inspect
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 import torch
 
-__all__ = ["NAMESPACE", "custom_op", "recall", "remember"]
+__all__ = ["NAMESPACE", "custom_op", "public_op", "recall", "remember"]
 
 NAMESPACE = "flashinfer"
 
@@ -47,6 +48,70 @@ def custom_op(name: str, mutates_args: Iterable[str]) -> Callable:
         return op
 
     return register
+
+
+def public_op(
+    fn: Callable, types: Mapping[str, str], outputs: Collection[str], allocated: Collection[str]
+) -> tuple[Callable, tuple[str, ...]]:
+    """Register the public function ``fn`` as ``flashinfer::<fn.__name__>``, its schema read from
+    ``fn``'s own parameters.
+
+    Parameters
+    ----------
+    fn : callable
+        The public function; the op runs it with the op's arguments in order, its one
+        keyword-only parameter (FlashInfer's ``skip_check``) by keyword.
+    types : mapping of str to str
+        The schema type (``"ScalarType"``, ``"SymInt[]"``) of each parameter that is not a
+        tensor; any other parameter is a ``Tensor``. A parameter whose default is None is
+        optional (``?``) unless it is in ``allocated``.
+    outputs : collection of str
+        The parameters the op writes, where ``fn`` has them: every output buffer.
+    allocated : collection of str
+        The outputs the caller allocates when None, so that the op always receives a tensor.
+
+    Returns
+    -------
+    tuple
+        The op, and ``fn``'s parameter names in the order of the op's arguments.
+    """
+    # the parameters of the function under the decorators, read from its code: `gated` hides
+    # skip_check from the signature that inspect reports
+    function = inspect.unwrap(fn)
+    code = function.__code__
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    positional_defaults = function.__defaults__ or ()
+    defaults = dict(zip(names[code.co_argcount - len(positional_defaults) :], positional_defaults))
+    defaults.update(function.__kwdefaults__ or {})
+    keyword_only = names[code.co_argcount :]
+    if keyword_only == ("skip_check",):
+
+        def implementation(*args) -> None:
+            fn(*args[:-1], skip_check=args[-1])
+
+    elif not keyword_only:
+
+        def implementation(*args) -> None:
+            fn(*args)
+
+    else:
+        raise ValueError(f"`{fn.__name__}` has keyword-only {keyword_only}; an op takes skip_check only")
+    arguments = []
+    for index, name in enumerate(names):
+        kind = types.get(name, "Tensor")
+        if name in outputs:
+            kind += f"(a{index}!)"
+        if name not in allocated and name in defaults and defaults[name] is None:
+            kind += "?"
+        arguments.append(f"{kind} {name}")
+    op = torch.library.custom_op(
+        f"{NAMESPACE}::{fn.__name__}",
+        implementation,
+        mutates_args=tuple(name for name in names if name in outputs),
+        schema=f"({', '.join(arguments)}) -> ()",
+    )
+    op.register_fake(_no_outputs)
+    return op, names
 
 
 @torch.compiler.assume_constant_result

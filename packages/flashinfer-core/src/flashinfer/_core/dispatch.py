@@ -7,19 +7,19 @@ normalized arguments (``docs/internals.md``):
 - ``_cuda``: the NVIDIA path (vendor libraries through PyTorch, Triton kernels);
 - ``_mate``: the MUSA path through MATE; it routes what MATE cannot do to the reference.
 
-A package lists them in one explicit mapping from implementation kind to a function that
-imports the module (lazily: importing a package never imports Triton or MATE), e.g.
-``Dispatcher("flashinfer.gemm", reference=load_reference, cuda=load_cuda, mate=load_mate)`` in
-``flashinfer/gemm/_dispatch.py``. Backend *names* only select rules inside the API layer, never
-a module. ``FLASHINFER_FORCE_REFERENCE=1`` forces the reference on every device, for debugging
-and parity checks; it is read once, at import (set it before starting Python).
+A package names itself, e.g. ``Dispatcher("flashinfer.gemm")`` in ``flashinfer/gemm/_dispatch.py``,
+and each kind's module ``<package>._<kind>`` is imported on first use (importing a package never
+imports Triton or MATE). Backend *names* only select rules inside the API layer, never a module.
+``FLASHINFER_FORCE_REFERENCE=1`` forces the reference on every device, for debugging and parity
+checks; it is read once, at import (set it before starting Python).
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
-from collections.abc import Callable
+from functools import partial
 from types import ModuleType
 from typing import NamedTuple
 
@@ -97,22 +97,15 @@ class Dispatcher:
     Parameters
     ----------
     package : str
-        The op package (``flashinfer.gemm``), for the warning when a GPU runs the reference.
-    reference, cuda, mate : callable
-        Functions returning the package's ``_reference``, ``_cuda`` and ``_mate`` modules; each
-        imports its module on first use (``from . import _cuda``).
+        The op package (``flashinfer.gemm``): its modules ``_reference``, ``_cuda`` and ``_mate``
+        serve the kinds of :data:`KINDS`, each imported on first use; named in the warning when a
+        GPU runs the reference.
     """
 
-    def __init__(
-        self,
-        package: str,
-        *,
-        reference: Callable[[], ModuleType],
-        cuda: Callable[[], ModuleType],
-        mate: Callable[[], ModuleType],
-    ):
+    def __init__(self, package: str):
         self.package = package
-        self.loaders = {"reference": reference, "cuda": cuda, "mate": mate}
+        # kind -> a function importing its module
+        self.loaders = {kind: partial(importlib.import_module, f"{package}._{kind}") for kind in KINDS}
         self._routing: Routing | None = None
         self._modules: dict = {}  # device -> module
         self._kinds: dict = {}  # device -> kind

@@ -10,16 +10,8 @@ CUDA, the float32 PyTorch reference elsewhere. Importing this package imports ne
 Triton.
 """
 
-from .gemm_base import (
-    batch_deepgemm_fp8_nt_groupwise,
-    bmm_bf16,
-    bmm_fp8,
-    fp8_blockscale_gemm_sm90,
-    gemm_fp8_nt_blockscaled,
-    gemm_fp8_nt_groupwise,
-    group_deepgemm_fp8_nt_groupwise,
-    group_gemm_fp8_nt_groupwise,
-)
+from . import gemm_base
+from .gemm_base import *  # noqa: F403 (the GEMM APIs: gemm_base.__all__ names them)
 
 
 def is_cuda_tile_available() -> bool:
@@ -27,14 +19,4 @@ def is_cuda_tile_available() -> bool:
     return False
 
 
-__all__ = [
-    "batch_deepgemm_fp8_nt_groupwise",
-    "bmm_bf16",
-    "bmm_fp8",
-    "fp8_blockscale_gemm_sm90",
-    "gemm_fp8_nt_blockscaled",
-    "gemm_fp8_nt_groupwise",
-    "group_deepgemm_fp8_nt_groupwise",
-    "group_gemm_fp8_nt_groupwise",
-    "is_cuda_tile_available",
-]
+__all__ = [*gemm_base.__all__, "is_cuda_tile_available"]

@@ -76,7 +76,7 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
     Returns
     -------
     torch.Tensor
-        ``out``, ``[batch, m, n]``.
+        ``out``, ``[batch, m, n]`` of ``out_dtype`` (bfloat16 by default).
 
     Raises
     ------
@@ -105,7 +105,7 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.bmm_bf16(A, B, out, out_dtype, backend, skip_check)
+        return _compile.call("bmm_bf16", locals())
     try:
         a_shape, b_shape, device = A.shape, B.shape, A.device
         if not skip_check:
@@ -196,7 +196,7 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
     Returns
     -------
     torch.Tensor
-        ``out``, ``[batch, m, n]``.
+        ``out``, ``[batch, m, n]``, of dtype ``dtype``.
 
     Raises
     ------
@@ -230,7 +230,7 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.bmm_fp8(A, B, A_scale, B_scale, dtype, out, backend, skip_check)
+        return _compile.call("bmm_fp8", locals())
     try:
         a_shape, b_shape, device = A.shape, B.shape, A.device
         if not skip_check:

@@ -156,9 +156,7 @@ def group_deepgemm_fp8_nt_groupwise(
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.group_deepgemm_fp8_nt_groupwise(
-            a, b, a_scale, b_scale, m_indices, scale_granularity_mnk, out, out_dtype, skip_check
-        )
+        return _compile.call("group_deepgemm_fp8_nt_groupwise", locals())
     try:
         a_shape, b_shape = a.shape, b.shape
         dtype = out.dtype if out is not None else (out_dtype or torch.bfloat16)
@@ -270,9 +268,7 @@ def batch_deepgemm_fp8_nt_groupwise(
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.batch_deepgemm_fp8_nt_groupwise(
-            a, b, a_scale, b_scale, masked_m, expected_m, scale_granularity_mnk, out, out_dtype, skip_check
-        )
+        return _compile.call("batch_deepgemm_fp8_nt_groupwise", locals())
     try:
         a_shape, b_shape = a.shape, b.shape
         dtype = out.dtype if out is not None else (out_dtype or torch.bfloat16)

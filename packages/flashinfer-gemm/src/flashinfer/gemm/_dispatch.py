@@ -44,25 +44,7 @@ class GemmImpl(Protocol):
         """``fp8_blockscale_gemm_sm90``'s quantization of 16-bit operands."""
 
 
-def _load_reference():
-    from . import _reference
-
-    return _reference
-
-
-def _load_cuda():
-    from . import _cuda
-
-    return _cuda
-
-
-def _load_mate():
-    from . import _mate
-
-    return _mate
-
-
-DISPATCH = Dispatcher("flashinfer.gemm", reference=_load_reference, cuda=_load_cuda, mate=_load_mate)
+DISPATCH = Dispatcher("flashinfer.gemm")
 
 
 def run(launch: Callable, call, k: int) -> torch.Tensor:

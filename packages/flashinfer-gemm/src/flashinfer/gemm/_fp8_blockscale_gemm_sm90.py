@@ -167,7 +167,7 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
     Returns
     -------
     torch.Tensor
-        ``out``, ``[M, N]``.
+        ``out``, ``[M, N]``, bfloat16 unless ``out_dtype`` says float16.
 
     Raises
     ------
@@ -208,7 +208,7 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.fp8_blockscale_gemm_sm90(input, weight, input_scale, weight_scale, out, out_dtype)
+        return _compile.call("fp8_blockscale_gemm_sm90", locals())
     try:
         M, N, K = _check_shapes(input.shape, weight.shape)
         input_dtype, weight_dtype, device = input.dtype, weight.dtype, input.device
@@ -220,9 +220,8 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
         # `out` that does not share memory with the operands
         if weight.device != device:
             check_device(weight, "weight", device, "input")
-        if not input.is_contiguous():
+        if not (input.is_contiguous() and weight.is_contiguous()):  # else both are K-major
             check_k_major(input, "input")
-        if not weight.is_contiguous():
             check_k_major(weight, "weight")
         if out is not None:
             check_no_overlap(out, "out", ("input", "weight"), input, weight)

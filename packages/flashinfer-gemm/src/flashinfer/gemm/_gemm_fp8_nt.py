@@ -142,7 +142,8 @@ def gemm_fp8_nt_groupwise(
     Returns
     -------
     torch.Tensor
-        ``out``, ``[m, n]``.
+        ``out``, ``[m, n]``: ``out_dtype`` (bfloat16 by default), or float8_e4m3fn with
+        ``output_scale``.
 
     Raises
     ------
@@ -184,20 +185,7 @@ def gemm_fp8_nt_groupwise(
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.gemm_fp8_nt_groupwise(
-            a,
-            b,
-            a_scale,
-            b_scale,
-            scale_major_mode,
-            mma_sm,
-            scale_granularity_mnk,
-            out,
-            out_dtype,
-            backend,
-            output_scale,
-            skip_check,
-        )
+        return _compile.call("gemm_fp8_nt_groupwise", locals())
     try:
         a_shape, b_shape, device = a.shape, b.shape, a.device
         granularity = tuple(scale_granularity_mnk)
@@ -224,9 +212,8 @@ def gemm_fp8_nt_groupwise(
                 check_fp8(a, "a")
             if b.dtype not in E4M3:
                 check_fp8(b, "b")
-            if not a.is_contiguous():
+            if not (a.is_contiguous() and b.is_contiguous()):  # else both are K-major
                 check_k_major(a, "a")
-            if not b.is_contiguous():
                 check_k_major(b, "b")
             if scale_major_mode not in _MODES:
                 fail(ValueError, "scale_major_mode", "'K', 'MN' or None", describe(scale_major_mode))
@@ -335,7 +322,7 @@ def gemm_fp8_nt_blockscaled(
     Returns
     -------
     torch.Tensor
-        ``out``, ``[m, n]``.
+        ``out``, ``[m, n]`` of ``out_dtype`` (bfloat16 by default).
 
     Raises
     ------

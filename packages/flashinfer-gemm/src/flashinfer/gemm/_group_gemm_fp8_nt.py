@@ -93,7 +93,7 @@ def group_gemm_fp8_nt_groupwise(
     Returns
     -------
     torch.Tensor
-        ``out``, ``[cum_m, n]``.
+        ``out``, ``[cum_m, n]``, bfloat16 or float16.
 
     Raises
     ------
@@ -130,20 +130,7 @@ def group_gemm_fp8_nt_groupwise(
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.group_gemm_fp8_nt_groupwise(
-            a,
-            b,
-            a_scale,
-            b_scale,
-            m_indptr,
-            scale_granularity_mnk,
-            scale_major_mode,
-            mma_sm,
-            out,
-            out_dtype,
-            backend,
-            skip_check,
-        )
+        return _compile.call("group_gemm_fp8_nt_groupwise", locals())
     granularity = tuple(scale_granularity_mnk)
     try:
         a_shape, b_shape, device = a.shape, b.shape, a.device
@@ -167,9 +154,8 @@ def group_gemm_fp8_nt_groupwise(
                 check_device(b, "b", device, "a")
             if m_indptr.device != device:
                 check_device(m_indptr, "m_indptr", device, "a")
-            if not a.is_contiguous():
+            if not (a.is_contiguous() and b.is_contiguous()):  # else both are K-major
                 check_k_major(a, "a")
-            if not b.is_contiguous():
                 check_k_major(b, "b")
             groups, n, k = b_shape
             if m_indptr.shape[0] != groups + 1:

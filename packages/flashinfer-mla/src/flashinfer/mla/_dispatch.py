@@ -39,25 +39,7 @@ class MlaImpl(Protocol):
         """Paged (dense) decode through the block table."""
 
 
-def _load_reference():
-    from . import _reference
-
-    return _reference
-
-
-def _load_cuda():
-    from . import _cuda
-
-    return _cuda
-
-
-def _load_mate():
-    from . import _mate
-
-    return _mate
-
-
-DISPATCH = Dispatcher("flashinfer.mla", reference=_load_reference, cuda=_load_cuda, mate=_load_mate)
+DISPATCH = Dispatcher("flashinfer.mla")
 
 # op -> implementation kind -> what runs
 ROUTES = {
