@@ -2,7 +2,7 @@
 
 Imported by ``rope_quantize_fp8`` and ``trtllm_batch_decode_with_kv_cache_mla`` only while
 Dynamo traces them (:mod:`flashinfer._core.compile` says why and how); ``mla_rope_quantize_fp8``
-forwards to ``rope_quantize_fp8`` and so is one ``flashinfer::rope_quantize_fp8`` node. A public
+runs ``rope_quantize_fp8``'s code and so is one ``flashinfer::rope_quantize_fp8`` node. A public
 function hands its arguments over as ``locals()`` (name -> value); each wrapper here allocates
 the outputs the caller left to the function (shapes and dtypes of the contract, contiguous) and
 calls its op, which runs the public function eagerly with them when the compiled graph runs.
