@@ -1,8 +1,8 @@
 """MLA decode over a paged KV cache: ``trtllm_batch_decode_with_kv_cache_mla``.
 
 FlashInfer v0.6.17's function, sparse (``sparse_mla_top_k > 0``) and dense, on every device.
-The order inside: the option rules both cache forms share (no tensors), one
-:class:`~._args.DecodeOptions` record of the rest, the cache form's ``check`` (its own rules in
+The order inside: the option rules both cache forms share (no tensors), then the cache form's
+``check``, given the rest positionally (``tests/mla/test_decode_options.py``) (its own rules in
 FlashInfer's order, the outputs, one :class:`~._args.Decode` record: ``_unpacked_decode`` for rows
 of the query's dtype, ``_packed_decode`` for the 656-byte rows), one call into the device's
 implementation (``docs/internals.md``). Each rule is written once.
