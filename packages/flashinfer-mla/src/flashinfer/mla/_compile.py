@@ -72,7 +72,7 @@ class _PublicOp:
             for name in self.names
         )
 
-        def run(*values) -> None:
+        def run(*values) -> None:  # the op's implementation: the public function, run eagerly
             arguments, start = [], 0
             for count, join in joins:
                 arguments.append(values[start] if join is None else join(*values[start : start + count]))
