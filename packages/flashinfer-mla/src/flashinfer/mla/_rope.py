@@ -10,7 +10,9 @@ non-tensors and non-float scales are ``TypeError``, non-finite scales ``ValueErr
 
 from __future__ import annotations
 
+import inspect
 import math
+import types
 
 import torch
 
@@ -126,23 +128,7 @@ def rope_quantize_fp8(
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.rope_quantize_fp8(
-            q_rope,
-            k_rope,
-            q_nope,
-            k_nope,
-            cos_sin_cache,
-            pos_ids,
-            is_neox,
-            quantize_dtype,
-            quant_scale_q,
-            quant_scale_kv,
-            q_rope_out,
-            k_rope_out,
-            q_nope_out,
-            k_nope_out,
-            enable_pdl,
-        )
+        return _compile.rope_quantize_fp8(locals())  # only the arguments are bound yet
     given = (q_rope_out, k_rope_out, q_nope_out, k_nope_out)
     try:
         dtype_arg = "quantize_dtype"
@@ -305,57 +291,53 @@ def _check_tensors(inputs, outputs, cache, pos_ids, quantize_dtype, dtype_arg: s
         check_device(pos_ids, "pos_ids", device, "q_rope", RuntimeError)
 
 
-@flashinfer_api
-def mla_rope_quantize_fp8(
-    q_rope: torch.Tensor,
-    k_rope: torch.Tensor,
-    q_nope: torch.Tensor,
-    k_nope: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-    pos_ids: torch.Tensor,
-    is_neox: bool = True,
-    quantize_dtype: torch.dtype | None = None,
-    quant_scale_q: float = 1.0,
-    quant_scale_kv: float = 1.0,
-    q_rope_out: torch.Tensor | None = None,
-    k_rope_out: torch.Tensor | None = None,
-    q_nope_out: torch.Tensor | None = None,
-    k_nope_out: torch.Tensor | None = None,
-    enable_pdl: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """MLA spelling of :func:`rope_quantize_fp8`; forwards every argument to it.
+def _another_name(fn, name: str, doc: str, annotations: dict[str, str]):
+    """``fn`` (as decorated) under another public name, with its own docstring and annotations.
 
-    DeepSeek MLA shapes: ``q_rope [nnz, H, 64]``, ``q_nope [nnz, H, 512]``,
-    ``k_rope [nnz, 64]``, ``k_nope [nnz, 512]``; the outputs are typically the two slices of a
-    merged ``[..., 576]`` FP8 buffer. See :func:`rope_quantize_fp8` for every parameter.
-
-    Examples
-    --------
-    >>> import torch, flashinfer.rope
-    >>> cache = torch.cat((torch.ones(8, 32), torch.zeros(8, 32)), dim=-1)  # position 0 rows
-    >>> q = torch.randn(2, 16, 576, dtype=torch.bfloat16)
-    >>> k = torch.randn(2, 576, dtype=torch.bfloat16)
-    >>> q8, k8 = torch.empty(2, 16, 576, dtype=torch.float8_e4m3fn), torch.empty(2, 576, dtype=torch.float8_e4m3fn)
-    >>> _ = flashinfer.rope.mla_rope_quantize_fp8(
-    ...     q[..., 512:], k[:, 512:], q[..., :512], k[:, :512], cache, torch.zeros(2, dtype=torch.int64),
-    ...     False, torch.float8_e4m3fn, 2.0, 0.5, q8[..., 512:], k8[:, 512:], q8[..., :512], k8[:, :512])
-    >>> bool((q8.float() == (q.float() * 2).to(torch.float8_e4m3fn).float()).all())
-    True
+    The function runs ``fn``'s code with ``fn``'s defaults: a forwarding call in between would
+    cost host time on every call.
     """
-    return rope_quantize_fp8(
-        q_rope,
-        k_rope,
-        q_nope,
-        k_nope,
-        cos_sin_cache,
-        pos_ids,
-        is_neox,
-        quantize_dtype,
-        quant_scale_q,
-        quant_scale_kv,
-        q_rope_out,
-        k_rope_out,
-        q_nope_out,
-        k_nope_out,
-        enable_pdl,
+    named = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    named.__dict__.update(fn.__dict__)
+    named.__qualname__, named.__doc__, named.__module__ = name, doc, fn.__module__
+    named.__annotations__ = {**fn.__annotations__, **annotations}
+    signature = inspect.signature(fn)
+    named.__signature__ = signature.replace(
+        parameters=[
+            parameter.replace(annotation=annotations.get(parameter.name, parameter.annotation))
+            for parameter in signature.parameters.values()
+        ]
     )
+    return named
+
+
+_MLA_ROPE_DOC = """MLA spelling of :func:`rope_quantize_fp8`: the same function under upstream's other name.
+
+DeepSeek MLA shapes: ``q_rope [nnz, H, 64]``, ``q_nope [nnz, H, 512]``,
+``k_rope [nnz, 64]``, ``k_nope [nnz, 512]``; the outputs are typically the two slices of a
+merged ``[..., 576]`` FP8 buffer. See :func:`rope_quantize_fp8` for every parameter.
+
+Examples
+--------
+>>> import torch, flashinfer.rope
+>>> cache = torch.cat((torch.ones(8, 32), torch.zeros(8, 32)), dim=-1)  # position 0 rows
+>>> q = torch.randn(2, 16, 576, dtype=torch.bfloat16)
+>>> k = torch.randn(2, 576, dtype=torch.bfloat16)
+>>> q8, k8 = torch.empty(2, 16, 576, dtype=torch.float8_e4m3fn), torch.empty(2, 576, dtype=torch.float8_e4m3fn)
+>>> _ = flashinfer.rope.mla_rope_quantize_fp8(
+...     q[..., 512:], k[:, 512:], q[..., :512], k[:, :512], cache, torch.zeros(2, dtype=torch.int64),
+...     False, torch.float8_e4m3fn, 2.0, 0.5, q8[..., 512:], k8[:, 512:], q8[..., :512], k8[:, :512])
+>>> bool((q8.float() == (q.float() * 2).to(torch.float8_e4m3fn).float()).all())
+True
+"""
+
+
+# upstream's signature has the nope parts required; the function accepts None like rope_quantize_fp8
+mla_rope_quantize_fp8 = flashinfer_api(
+    _another_name(
+        rope_quantize_fp8,
+        "mla_rope_quantize_fp8",
+        _MLA_ROPE_DOC,
+        {"q_nope": "torch.Tensor", "k_nope": "torch.Tensor"},
+    )
+)
