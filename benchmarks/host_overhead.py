@@ -12,7 +12,12 @@ Budget (issue 16): at most 5 us per call for every GEMM API with tensor scales o
 accepted shape, 10 us for a decode call with metadata, 10 us for RoPE, with caller-given
 outputs (the serving calls). Rows without a budget are shown for information.
 
-Run: ``python benchmarks/host_overhead.py [--iters N] [--json PATH]``.
+Against an older commit (``--baseline REV``): this checkout's and REV's packages each run their
+own copy of this script in fresh processes, alternately (``--repeat`` times each, best per row),
+on the same machine in the same run; rows gain ``baseline_us``. Both trees come from
+``packages/*/src`` of their checkout (REV through ``git archive``), not from what is installed.
+
+Run: ``python benchmarks/host_overhead.py [--iters N] [--json PATH] [--baseline REV [--repeat N]]``.
 """
 
 from __future__ import annotations
@@ -20,10 +25,16 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import io
 import json
 import os
 import platform
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -239,12 +250,66 @@ def api_layer_us(calls, iters, rounds) -> list[float]:
     return [(t - best_noop) / 1e3 for t in best]
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _checkout_rows(tree: Path, args, out: Path) -> dict:
+    """Run ``tree``'s copy of this script on ``tree``'s packages in a fresh process: row -> us."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(p) for p in sorted(tree.glob("packages/*/src"))))
+    command = [sys.executable, "benchmarks/host_overhead.py", "--iters", str(args.iters)]
+    subprocess.run(
+        command + ["--rounds", str(args.rounds), "--json", str(out)], cwd=tree, env=env, check=True
+    )
+    return {(r["api"], r["case"]): r["api_layer_us"] for r in json.loads(out.read_text())["rows"]}
+
+
+def against_baseline(args) -> list[dict]:
+    """This checkout's rows with ``baseline_us`` from commit ``args.baseline`` (best of
+    ``args.repeat`` alternate runs each; rows the baseline lacks get None)."""
+    with tempfile.TemporaryDirectory() as folder:
+        base = Path(folder, "baseline")
+        base.mkdir()
+        archive = subprocess.run(
+            ["git", "archive", args.baseline, "packages", "benchmarks/host_overhead.py"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(base, filter="data")
+        ours, theirs = {}, {}
+        for i in range(args.repeat):
+            for tree, best in ((ROOT, ours), (base, theirs)):
+                for key, us in _checkout_rows(tree, args, Path(folder, f"run{i}.json")).items():
+                    best[key] = min(best.get(key, float("inf")), us)
+    return [
+        {"api": api, "case": case, "budget_us": budget, "api_layer_us": ours[(api, case)]}
+        | {"baseline_us": theirs.get((api, case))}
+        for api, case, budget, _ in gemm_cases() + mla_cases()
+    ]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--baseline", help="also time this commit's packages, alternately")
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each tree with --baseline")
     args = parser.parse_args()
+    if args.baseline:
+        rows = against_baseline(args)
+        header = f"{'api':32} {'case':32} {'API layer us':>12} {args.baseline[:10]:>10} {'delta':>6}"
+        print(header + "\n" + "-" * len(header))
+        for r in rows:
+            base = r["baseline_us"]
+            tail = "-" if base is None else f"{base:10.2f} {r['api_layer_us'] - base:+6.2f}"
+            print(f"{r['api']:32} {r['case']:32} {r['api_layer_us']:12.2f} {tail}")
+        if args.json:
+            meta = _meta(args) | {"baseline": args.baseline, "repeat": args.repeat}
+            with open(args.json, "w") as f:
+                json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        return
     torch.set_num_threads(1)
     saved = [
         (module, name, getattr(module, name)) for module, names in IMPLEMENTATION_FUNCTIONS for name in names
@@ -273,14 +338,17 @@ def main():
         f"best of {args.rounds} interleaved rounds of {args.iters} calls, minus a no-op call"
     )
     if args.json:
-        meta = {
-            "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-            "torch": torch.__version__,
-            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-            "threads": 1, "iters": args.iters, "rounds": args.rounds,
-        }  # fmt: skip
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+            json.dump({"meta": _meta(args), "rows": rows}, f, indent=1)
+
+
+def _meta(args) -> dict:
+    return {
+        "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        "torch": torch.__version__,
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "threads": 1, "iters": args.iters, "rounds": args.rounds,
+    }  # fmt: skip
 
 
 if __name__ == "__main__":

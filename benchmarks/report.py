@@ -583,10 +583,18 @@ def decode_accuracy() -> str:
 
 
 def host_overhead() -> str:
-    """The API layer's host time per call on the CPU, against its budget."""
+    """The API layer's host time per call on the CPU, against its budget and, where the run has
+    one, against an older commit's packages timed alternately in the same run."""
     run = load("host")
-    lines = ["| api | case | API layer (us) | budget (us) |", "|---|---|---|---|"]
-    budgeted = []
+    meta = run["meta"]
+    base = meta.get("baseline")
+    lines = [
+        "| api | case | API layer (us) | "
+        + (f"at `{base[:10]}` (us) | difference (us) | " if base else "")
+        + "budget (us) |",
+        "|---|---|---|" + ("---|---|" if base else "") + "---|",
+    ]
+    budgeted, slower = [], []
     for r in run["rows"]:
         budget = r["budget_us"]
         verdict_cell = "-"
@@ -594,9 +602,14 @@ def host_overhead() -> str:
             ok = shown(r["api_layer_us"], 1) <= budget
             budgeted.append((r, ok))
             verdict_cell = f"{budget:.0f} {'ok' if ok else 'over'}"
-        lines.append(f"| {r['api']} | {r['case']} | {r['api_layer_us']:.1f} | {verdict_cell} |")
+        then = r.get("baseline_us")
+        compared = ""
+        if base:
+            compared = "- | - | " if then is None else f"{then:.1f} | {r['api_layer_us'] - then:+.1f} | "
+            if then is not None and shown(r["api_layer_us"], 1) > shown(then, 1):
+                slower.append(f"{r['api']} ({r['case']})")
+        lines.append(f"| {r['api']} | {r['case']} | {r['api_layer_us']:.1f} | {compared}{verdict_cell} |")
     over = [f"{r['api']} ({r['case']})" for r, ok in budgeted if not ok]
-    meta = run["meta"]
     head = (
         f"{meta['machine']}, torch {meta['torch']}, {meta['threads']} thread, {meta['date']}; best of "
         f"{meta['rounds']} interleaved rounds of {meta['iters']} calls, minus a no-op call. "
@@ -606,6 +619,16 @@ def host_overhead() -> str:
             else f"All {len(budgeted)} rows with a budget are within it."
         )
     )
+    if base:
+        head += (
+            f" Against commit `{base[:10]}` (each tree's packages in fresh processes, alternately, "
+            f"best of {meta['repeat']} runs each): "
+            + (
+                f"slower at one decimal: {', '.join(slower)}."
+                if slower
+                else "no row is slower at one decimal."
+            )
+        )
     return prose(head) + "\n\n" + "\n".join(lines) + "\n\n" + data_line("host")
 
 
