@@ -76,12 +76,6 @@ _CAUSAL = tl.constexpr(Lengths.CAUSAL.value)
 _PER_TOKEN = tl.constexpr(Lengths.PER_TOKEN.value)
 
 
-# FP8 Q K^T dots add their partial sums into float32 every this many columns, or once a dot
-# (Triton's max_num_imprecise_acc; sm_90's wgmma only): Hopper keeps an FP8 chain's running sum at reduced
-# precision, and the 576-column chain missed the op table's LSE rule (benchmarks/decode_qk_precision.py).
-QK_IMPRECISE_ACC = 64
-
-
 @dataclasses.dataclass(frozen=True)
 class DecodeConfig:
     """Tile shape and launch parameters of one decode kernel variant.
@@ -156,6 +150,12 @@ def _packed_latent_half(row_ptr, dh, valid, HALF: tl.constexpr, D_V: tl.constexp
     second = tl.load(scales + 1, mask=valid, other=0.0)
     scale = tl.where(dh[None, :] < D_V // 4, first[:, None], second[:, None])
     return (codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale).to(tl.bfloat16)
+
+
+# FP8 Q K^T dots add their partial sums into float32 every this many columns, or once a dot
+# (Triton's max_num_imprecise_acc; sm_90's wgmma only): Hopper keeps an FP8 chain's running sum at reduced
+# precision, and the 576-column chain missed the op table's LSE rule (benchmarks/decode_qk_precision.py).
+QK_IMPRECISE_ACC = 64
 
 
 @triton.jit

@@ -28,10 +28,6 @@ from ...utils import next_positive_power_of_2
 # globals read inside kernels must be constexpr
 LOG2E = tl.constexpr(constants.LOG2E)
 
-# Fewest keys a split is worth: below this, the combine costs more than the parallelism gains.
-MIN_KEYS_PER_SPLIT = 128
-MAX_SPLITS = 64
-
 
 @dataclasses.dataclass(frozen=True)
 class SplitPlan:
@@ -47,6 +43,11 @@ class SplitPlan:
 
     num_splits: int
     head_blocks: int
+
+
+# Fewest keys a split is worth: below this, the combine costs more than the parallelism gains.
+MIN_KEYS_PER_SPLIT = 128
+MAX_SPLITS = 64
 
 
 def split_count(programs: int, slots: int, list_len: int) -> int:
