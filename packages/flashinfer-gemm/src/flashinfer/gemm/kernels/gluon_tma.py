@@ -14,6 +14,7 @@ import functools
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 __all__ = [
@@ -21,8 +22,10 @@ __all__ = [
     "SUB_M",
     "banded",
     "box_layout",
+    "ring_barriers",
     "share_col",
     "share_row",
+    "tile_coords",
     "tma_descriptor",
     "tma_rows_descriptor",
 ]
@@ -38,6 +41,31 @@ def banded(tile, tiles_m, tiles_n, GROUP_M: gl.constexpr):
     first_m = band * GROUP_M
     band_rows = gl.minimum(tiles_m - first_m, GROUP_M)
     return first_m + tile % band_rows, (tile % (GROUP_M * tiles_n)) // band_rows
+
+
+@gluon.jit
+def tile_coords(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
+    # (slot, first row, first column) of a persistent tile index: slots (batches, the masked
+    # layout's groups; 0 for one dense problem) of M x N outermost, banded within a slot
+    tiles_m = gl.cdiv(M, BLOCK_M)
+    tiles_n = gl.cdiv(N, BLOCK_N)
+    per_slot = tiles_m * tiles_n
+    pid_m, pid_n = banded(tile % per_slot, tiles_m, tiles_n, GROUP_M)
+    return tile // per_slot, pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@gluon.jit
+def ring_barriers(STAGES: gl.constexpr, MATH_WARPGROUPS: gl.constexpr):
+    # the operand ring's barriers, initialized and fenced before the partitions start: a stage's
+    # `full` completes when the producer's TMA bytes land, its `empty` when every math warpgroup
+    # has arrived (done reading it)
+    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(full.index(i), count=1)
+        mbarrier.init(empty.index(i), count=MATH_WARPGROUPS)
+    fence_async_shared()
+    return full, empty
 
 
 @gluon.constexpr_function
