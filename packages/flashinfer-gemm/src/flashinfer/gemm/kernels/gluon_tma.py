@@ -10,6 +10,7 @@ Layout: FP8 operands are read by TMA as 2-D ``[rows, k]`` tensors in ``box_rows 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from triton.experimental import gluon
@@ -20,6 +21,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 __all__ = [
     "BLOCK_K",
     "SUB_M",
+    "GluonTile",
     "banded",
     "box_layout",
     "ring_barriers",
@@ -32,6 +34,34 @@ __all__ = [
 
 BLOCK_K = 128  # one scale block of K a step: the wgmma accumulator never spans two
 SUB_M = gl.constexpr(64)  # rows of one warpgroup's wgmma
+
+
+@dataclasses.dataclass(frozen=True)
+class GluonTile:
+    """Tile of a warp-specialized GEMM kernel: its math warpgroups take 64 rows each, or, in a
+    64-row tile, half the columns each.
+
+    Attributes
+    ----------
+    block_m : int
+        Rows of the tile: 64 or a multiple of 64.
+    block_n : int
+        Columns of the tile.
+    stages : int
+        Depth of the TMA ring (``(block_m + block_n) * 128`` bytes a stage).
+    group_m : int
+        Row tiles per band of the tile order (:func:`banded`).
+    """
+
+    block_m: int
+    block_n: int
+    stages: int
+    group_m: int = 8
+
+    @property
+    def share_n(self) -> int:
+        """Columns of one math warpgroup's share (half the tile's for a 64-row tile)."""
+        return self.block_n // 2 if self.block_m == SUB_M.value else self.block_n
 
 
 @gluon.jit

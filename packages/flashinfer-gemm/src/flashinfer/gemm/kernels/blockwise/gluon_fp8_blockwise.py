@@ -72,7 +72,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ...._core.triton_launch import FastLaunch
 from ....utils import ceil_div
 from .. import group_strides, multiprocessors
-from ..gluon_tma import SUB_M, share_col, share_row, tile_coords, tma_rows_descriptor
+from ..gluon_tma import SUB_M, GluonTile, share_col, share_row, tile_coords, tma_rows_descriptor
 
 DENSE = gl.constexpr(0)
 CONTIGUOUS = gl.constexpr(1)
@@ -81,27 +81,11 @@ E4M3_MAX = gl.constexpr(448.0)
 
 
 @dataclasses.dataclass(frozen=True)
-class GluonGemmConfig:
-    """Tile of the block-scaled kernel.
-
-    Attributes
-    ----------
-    block_m : int
-        Rows of the tile: 128 or 192 (two or three math warpgroups of 64 rows each), or 64 (two
-        math warpgroups taking half the columns each: small m).
-    block_n : int
-        Columns of the tile: a math warpgroup's share is at most 128 columns, or 256 as two
-        128-column halves (``block_m`` 128, ``block_n`` 256).
-    stages : int
-        Depth of the TMA ring (``(block_m + block_n) * 128`` bytes a stage).
-    group_m : int
-        Row tiles per band of the tile order.
-    """
-
-    block_m: int
-    block_n: int
-    stages: int
-    group_m: int = 8
+class GluonGemmConfig(GluonTile):
+    """Tile of the block-scaled kernel: ``block_m`` 128 or 192 (two or three math warpgroups of 64
+    rows each), or 64 (two math warpgroups taking half the columns each: small m); ``block_n``
+    such that a math warpgroup's share is at most 128 columns, or 256 as two 128-column halves
+    (``block_m`` 128, ``block_n`` 256)."""
 
     @property
     def math_warpgroups(self) -> int:
@@ -111,11 +95,6 @@ class GluonGemmConfig:
     def a_box(self) -> int:
         """Rows of one TMA box of A (a power of two of at most 128: a 192-row tile is 3 boxes)."""
         return 128 if self.block_m % 128 == 0 else SUB_M.value
-
-    @property
-    def share_n(self) -> int:
-        """Columns of one math warpgroup's share (half the tile's for a 64-row tile)."""
-        return self.block_n // 2 if self.block_m == SUB_M.value else self.block_n
 
     @property
     def sub_n(self) -> int:

@@ -57,6 +57,7 @@ from .. import multiprocessors
 from ..gluon_tma import (
     BLOCK_K,
     SUB_M,
+    GluonTile,
     box_layout,
     ring_barriers,
     share_col,
@@ -68,18 +69,14 @@ from ..gluon_tma import (
 
 
 @dataclasses.dataclass(frozen=True)
-class GluonBmmConfig:
+class GluonBmmConfig(GluonTile):
     """Tile of the batched kernel: ``block_m`` 128 (math warpgroups split rows) or 64 (they split
     columns), ``block_n`` up to 256 columns (a warpgroup's share at most 256), ``stages`` deep."""
 
-    block_m: int
-    block_n: int
-    stages: int
-    group_m: int = 8
-
     @property
     def sub_n(self) -> int:
-        return self.block_n // 2 if self.block_m == SUB_M.value else self.block_n
+        """Columns of one math warpgroup's wgmma: its whole share."""
+        return self.share_n
 
 
 # Shared memory: the ring ((block_m + block_n) x 128 bytes a stage) and one output staging
