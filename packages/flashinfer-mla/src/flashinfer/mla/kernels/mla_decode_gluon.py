@@ -177,6 +177,14 @@ def _gather_partition(
 
 
 @gluon.jit
+def _wait_ready(ready, block, STAGES: gl.constexpr):
+    # the ring stage of key block `block`, once the gather partition has filled it
+    stage = block % STAGES
+    mbarrier.wait(ready.index(stage), (block // STAGES) & 1)
+    return stage
+
+
+@gluon.jit
 def _copy_v_half(v_fp8, v16, BLOCK_N: gl.constexpr):
     # FP8 -> fp16 copy of one half of V, 16 rows at a time (32 values a thread)
     for r in gl.static_range(BLOCK_N // 16):
@@ -260,9 +268,8 @@ def _score_partition(
 
     num_blocks = gl.cdiv(end - start, BLOCK_N)
     for block in range(num_blocks):
-        stage = block % STAGES
+        stage = _wait_ready(ready, block, STAGES)
         buf = block % 2
-        mbarrier.wait(ready.index(stage), (block // STAGES) & 1)
         # the rows were written by cp.async (generic proxy); wgmma reads through the async proxy
         fence_async_shared()
         lat = lat_ring.index(stage)
@@ -363,9 +370,8 @@ def _output_partition(
 
     num_blocks = gl.cdiv(end - start, BLOCK_N)
     for block in range(num_blocks):
-        stage = block % STAGES
+        stage = _wait_ready(ready, block, STAGES)
         buf = block % 2
-        mbarrier.wait(ready.index(stage), (block // STAGES) & 1)
         v_half = lat_ring.index(stage).slice(D_HALF, D_HALF, dim=1)
         if FP8:
             _copy_v_half(v_half, v16, BLOCK_N)
