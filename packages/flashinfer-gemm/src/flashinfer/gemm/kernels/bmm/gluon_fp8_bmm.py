@@ -73,10 +73,9 @@ class GluonBmmConfig(GluonTile):
     """Tile of the batched kernel: ``block_m`` 128 (math warpgroups split rows) or 64 (they split
     columns), ``block_n`` up to 256 columns (a warpgroup's share at most 256), ``stages`` deep."""
 
-    @property
-    def sub_n(self) -> int:
-        """Columns of one math warpgroup's wgmma: its whole share."""
-        return self.share_n
+    # columns of one math warpgroup's wgmma: its whole share (the same property, no second call
+    # on the launch path)
+    sub_n = GluonTile.share_n
 
 
 # Shared memory: the ring ((block_m + block_n) x 128 bytes a stage) and one output staging
