@@ -11,7 +11,7 @@
 # Upstream's JIT modules build in the background while the sweep runs (nvcc on the CPUs, the
 # sweep on the GPU); its per-shape kernels are compiled by `upstream_anchor.sh setup`'s warm-up
 # after the sweep, so that no compile runs while anything is timed. Leaves in OUT_DIR:
-# decode_gemm_sweep.json, decode_gemm_table.py, gemm_upstream.json, gemm.json (ours), the
+# decode_gemm_sweep.json, decode_gemm_table.json, gemm_upstream.json, gemm.json (ours), the
 # comparison (gemm_vs_upstream.md) and the logs.
 set -uo pipefail
 out=${1:?OUT_DIR}
@@ -25,7 +25,7 @@ build=$!
 if [ "${SWEEP_SECONDS:-330}" != 0 ]; then
     PYTHONPATH=$ours timeout "${SWEEP_SECONDS:-330}" python3 "$here/decode_gemm_sweep.py" --out "$out" --write-table ${SWEEP_ARGS:-} \
         2>&1 | grep -v Warning | tee "$out/sweep.log"
-    cp "$root/packages/flashinfer-gemm/src/flashinfer/gemm/kernels/blockwise/decode_gemm_table.py" "$out/"
+    cp "$root/packages/flashinfer-gemm/src/flashinfer/gemm/kernels/blockwise/decode_gemm_table.json" "$out/"
 else  # the committed table as it is; WHILE_BUILDING (e.g. a test run) uses the GPU meanwhile
     eval "${WHILE_BUILDING:-true}"
 fi

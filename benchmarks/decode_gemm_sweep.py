@@ -11,7 +11,7 @@ checked once against a float64 product (relative Frobenius error).
 
 ``--write-table`` writes the fastest launch shape per ``(n, k, multiprocessors)`` and row count, and
 whether cuBLASLt was faster still, into
-``packages/flashinfer-gemm/src/flashinfer/gemm/kernels/blockwise/decode_gemm_table.py`` (the table
+``packages/flashinfer-gemm/src/flashinfer/gemm/kernels/blockwise/decode_gemm_table.json`` (the table
 ``pick_config`` and ``cublas_ahead`` read; a run over some shapes replaces the whole table); rows go
 into ``decode_gemm_sweep.json`` under ``--out``.
 
@@ -25,7 +25,6 @@ import dataclasses
 import datetime
 import itertools
 import json
-import pprint
 import sys
 import time
 from pathlib import Path
@@ -37,10 +36,6 @@ HBM_BYTES_PER_S = 4.3e12
 L2_BYTES = 60 * 2**20
 NK = [(7168, 2048), (2112, 7168), (24576, 1536), (4096, 7168), (7168, 16384)]
 MS = [1, 8, 16, 32, 64, 128, 256]
-TABLE_PATH = (
-    Path(__file__).resolve().parents[1]
-    / "packages/flashinfer-gemm/src/flashinfer/gemm/kernels/blockwise/decode_gemm_table.py"
-)
 SMEM_BUDGET = 210 * 1024  # of the 227 KB a program may hold, room left for the kernel's own
 
 
@@ -110,17 +105,13 @@ def gluon_candidates(m, n, k, num_sms, decode, gluon_decode):
 
 
 def write_tables(tables: dict) -> None:
-    """Rewrite ``decode_gemm_table.py`` with the swept tables (``TABLE``, ``GLUON_TABLE``) and the
+    """Rewrite ``decode_gemm_table.json`` with the swept tables (``TABLE``, ``GLUON_TABLE``) and the
     others as they are."""
     from flashinfer.gemm.kernels.blockwise import decode_gemm_table
 
     current = {"TABLE": decode_gemm_table.TABLE, "GLUON_TABLE": decode_gemm_table.GLUON_TABLE}
     current.update({name: table for name, table in tables.items() if table})
-    text = TABLE_PATH.read_text().split("TABLE: dict = ")[0]
-    for name, table in current.items():
-        text += f"{name}: dict = " + pprint.pformat(table, width=100) + "\n"
-        text += "\n" if name == "TABLE" else ""
-    TABLE_PATH.write_text(text)
+    decode_gemm_table.PATH.write_text(decode_gemm_table.dumps(current))
 
 
 def main() -> None:

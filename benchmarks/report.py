@@ -42,7 +42,7 @@ FILES = {
     "gemm_mla_upstream": "gemm_mla_upstream_h200.log",  # upstream's bmm_fp8 (a log, no JSON)
     "blockscale": "blockscale_h200.json",  # fp8_blockscale_gemm_sm90, ours, and ...
     "blockscale_upstream": "blockscale_upstream_h200.json",  # ... upstream's, the same session
-    "decode_gemm_sweep": "decode_gemm_sweep_h200.json",  # the run that wrote decode_gemm_table.py
+    "decode_gemm_sweep": "decode_gemm_sweep_h200.json",  # the run that wrote decode_gemm_table.json
     "probe": "gluon_probe_h200.json",
     "probe_tl": "gluon_probe_h200_with_tl.json",  # the run before it, with the tl kernels
     "rope": "mla_targets_h200.json",  # its RoPE rows; its decode rows re-time the grid's targets

@@ -10,25 +10,58 @@ Layout: FP8 operands are read by TMA as 2-D ``[rows, k]`` tensors in ``box_rows 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 __all__ = [
     "BLOCK_K",
     "SUB_M",
+    "GluonTile",
     "banded",
     "box_layout",
+    "ring_barriers",
     "share_col",
     "share_row",
+    "tile_coords",
     "tma_descriptor",
     "tma_rows_descriptor",
 ]
 
 BLOCK_K = 128  # one scale block of K a step: the wgmma accumulator never spans two
 SUB_M = gl.constexpr(64)  # rows of one warpgroup's wgmma
+
+
+@dataclasses.dataclass(frozen=True)
+class GluonTile:
+    """Tile of a warp-specialized GEMM kernel: its math warpgroups take 64 rows each, or, in a
+    64-row tile, half the columns each.
+
+    Attributes
+    ----------
+    block_m : int
+        Rows of the tile: 64 or a multiple of 64.
+    block_n : int
+        Columns of the tile.
+    stages : int
+        Depth of the TMA ring (``(block_m + block_n) * 128`` bytes a stage).
+    group_m : int
+        Row tiles per band of the tile order (:func:`banded`).
+    """
+
+    block_m: int
+    block_n: int
+    stages: int
+    group_m: int = 8
+
+    @property
+    def share_n(self) -> int:
+        """Columns of one math warpgroup's share (half the tile's for a 64-row tile)."""
+        return self.block_n // 2 if self.block_m == SUB_M.value else self.block_n
 
 
 @gluon.jit
@@ -38,6 +71,31 @@ def banded(tile, tiles_m, tiles_n, GROUP_M: gl.constexpr):
     first_m = band * GROUP_M
     band_rows = gl.minimum(tiles_m - first_m, GROUP_M)
     return first_m + tile % band_rows, (tile % (GROUP_M * tiles_n)) // band_rows
+
+
+@gluon.jit
+def tile_coords(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
+    # (slot, first row, first column) of a persistent tile index: slots (batches, the masked
+    # layout's groups; 0 for one dense problem) of M x N outermost, banded within a slot
+    tiles_m = gl.cdiv(M, BLOCK_M)
+    tiles_n = gl.cdiv(N, BLOCK_N)
+    per_slot = tiles_m * tiles_n
+    pid_m, pid_n = banded(tile % per_slot, tiles_m, tiles_n, GROUP_M)
+    return tile // per_slot, pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@gluon.jit
+def ring_barriers(STAGES: gl.constexpr, MATH_WARPGROUPS: gl.constexpr):
+    # the operand ring's barriers, initialized and fenced before the partitions start: a stage's
+    # `full` completes when the producer's TMA bytes land, its `empty` when every math warpgroup
+    # has arrived (done reading it)
+    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(full.index(i), count=1)
+        mbarrier.init(empty.index(i), count=MATH_WARPGROUPS)
+    fence_async_shared()
+    return full, empty
 
 
 @gluon.constexpr_function

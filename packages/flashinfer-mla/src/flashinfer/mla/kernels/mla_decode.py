@@ -56,7 +56,15 @@ import triton.language as tl
 from ..._core import constants
 from ..._core.triton_launch import FastLaunch
 from ...utils import ceil_div
-from .mla_decode_shared import KeyRows, SplitPlan, host_args, launch_combine, mla_combine_kernel, split_count
+from .mla_decode_shared import (
+    KeyRows,
+    SplitPlan,
+    host_args,
+    key_row_offsets,
+    launch_combine,
+    mla_combine_kernel,
+    split_count,
+)
 
 # globals read inside kernels must be constexpr
 LOG2E = tl.constexpr(constants.LOG2E)
@@ -74,12 +82,6 @@ class Lengths(enum.IntEnum):
 # the kernel's names for them (a jitted function reads module globals only as constexprs)
 _CAUSAL = tl.constexpr(Lengths.CAUSAL.value)
 _PER_TOKEN = tl.constexpr(Lengths.PER_TOKEN.value)
-
-
-# FP8 Q K^T dots add their partial sums into float32 every this many columns, or once a dot
-# (Triton's max_num_imprecise_acc; sm_90's wgmma only): Hopper keeps an FP8 chain's running sum at reduced
-# precision, and the 576-column chain missed the op table's LSE rule (benchmarks/decode_qk_precision.py).
-QK_IMPRECISE_ACC = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +158,12 @@ def _packed_latent_half(row_ptr, dh, valid, HALF: tl.constexpr, D_V: tl.constexp
     second = tl.load(scales + 1, mask=valid, other=0.0)
     scale = tl.where(dh[None, :] < D_V // 4, first[:, None], second[:, None])
     return (codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale).to(tl.bfloat16)
+
+
+# FP8 Q K^T dots add their partial sums into float32 every this many columns, or once a dot
+# (Triton's max_num_imprecise_acc; sm_90's wgmma only): Hopper keeps an FP8 chain's running sum at reduced
+# precision, and the 576-column chain missed the op table's LSE rule (benchmarks/decode_qk_precision.py).
+QK_IMPRECISE_ACC = 64
 
 
 @triton.jit
@@ -268,18 +276,9 @@ def mla_decode_kernel(
         list_row = list_ptr + batch.to(tl.int64) * stride_list_row
     for pos0 in range(start, end, BLOCK_N):
         pos = pos0 + tl.arange(0, BLOCK_N)
-        in_range = pos < end
-        if PAGE_SIZE > 0:
-            page = tl.load(list_row + pos // PAGE_SIZE, mask=in_range, other=-1)
-            valid = in_range & (page >= 0) & (page < num_kv_rows)
-            kv_off = page.to(tl.int64) * stride_kv_row + (pos % PAGE_SIZE) * stride_kv_tok
-        else:
-            slot = tl.load(list_row + pos, mask=in_range, other=-1)
-            valid = in_range & (slot >= 0) & (slot < num_kv_rows)
-            if SLOT_PAGE > 0:  # a padded page stride: slot = page * SLOT_PAGE + row
-                kv_off = (slot // SLOT_PAGE).to(tl.int64) * stride_kv_row + (slot % SLOT_PAGE) * stride_kv_tok
-            else:
-                kv_off = slot.to(tl.int64) * stride_kv_row
+        kv_off, valid = key_row_offsets(
+            list_row, pos, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAGE_SIZE, SLOT_PAGE
+        )
         kv_row = kv_ptr + kv_off[:, None]
         if PACKED:
             k_lo = _packed_latent_half(kv_ptr + kv_off, dh, valid, 0, D_V)

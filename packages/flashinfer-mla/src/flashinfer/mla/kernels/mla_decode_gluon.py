@@ -56,7 +56,15 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ..._core import constants
 from ..._core.triton_launch import FastLaunch
 from ...utils import ceil_div
-from .mla_decode_shared import KeyRows, SplitPlan, host_args, launch_combine, mla_combine_kernel, split_count
+from .mla_decode_shared import (
+    KeyRows,
+    SplitPlan,
+    host_args,
+    key_row_offsets,
+    launch_combine,
+    mla_combine_kernel,
+    split_count,
+)
 
 LOG2E = gl.constexpr(constants.LOG2E)
 BLOCK_H = gl.constexpr(64)  # heads a program takes: the M of one wgmma
@@ -109,25 +117,6 @@ V_CONVERT_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]
 
 
 @gluon.jit
-def _key_rows(list_row, pos, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAGE_SIZE: gl.constexpr,
-              SLOT_PAGE: gl.constexpr):  # fmt: skip
-    # element offsets of the key rows at list positions `pos`, and which of them exist
-    in_range = pos < end
-    if PAGE_SIZE > 0:
-        page = gl.load(list_row + pos // PAGE_SIZE, mask=in_range, other=-1)
-        valid = in_range & (page >= 0) & (page < num_kv_rows)
-        offs = page.to(gl.int64) * stride_kv_row + (pos % PAGE_SIZE) * stride_kv_tok
-    else:
-        slot = gl.load(list_row + pos, mask=in_range, other=-1)
-        valid = in_range & (slot >= 0) & (slot < num_kv_rows)
-        if SLOT_PAGE > 0:  # a padded page stride: slot = page * SLOT_PAGE + row
-            offs = (slot // SLOT_PAGE).to(gl.int64) * stride_kv_row + (slot % SLOT_PAGE) * stride_kv_tok
-        else:
-            offs = slot.to(gl.int64) * stride_kv_row
-    return offs, valid
-
-
-@gluon.jit
 def _gather_partition(
     kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
     lat_ring, rope_ring, bias_ring, ready, empty,
@@ -146,12 +135,12 @@ def _gather_partition(
     num_blocks = gl.cdiv(end - start, BLOCK_N)
     # the list entries of the next block are read one block ahead, so their latency overlaps
     # the copies of this one
-    offs, valid = _key_rows(
+    offs, valid = key_row_offsets(
         list_row, start + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok, PAGE_SIZE, SLOT_PAGE
     )
     for block in range(num_blocks):
         stage = block % STAGES
-        next_offs, next_valid = _key_rows(
+        next_offs, next_valid = key_row_offsets(
             list_row, start + (block + 1) * BLOCK_N + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok,
             PAGE_SIZE, SLOT_PAGE,
         )  # fmt: skip
@@ -174,6 +163,14 @@ def _gather_partition(
         mbarrier.arrive(ready.index(stage), count=1)
         offs = next_offs
         valid = next_valid
+
+
+@gluon.jit
+def _wait_ready(ready, block, STAGES: gl.constexpr):
+    # the ring stage of key block `block`, once the gather partition has filled it
+    stage = block % STAGES
+    mbarrier.wait(ready.index(stage), (block // STAGES) & 1)
+    return stage
 
 
 @gluon.jit
@@ -260,9 +257,8 @@ def _score_partition(
 
     num_blocks = gl.cdiv(end - start, BLOCK_N)
     for block in range(num_blocks):
-        stage = block % STAGES
+        stage = _wait_ready(ready, block, STAGES)
         buf = block % 2
-        mbarrier.wait(ready.index(stage), (block // STAGES) & 1)
         # the rows were written by cp.async (generic proxy); wgmma reads through the async proxy
         fence_async_shared()
         lat = lat_ring.index(stage)
@@ -363,9 +359,8 @@ def _output_partition(
 
     num_blocks = gl.cdiv(end - start, BLOCK_N)
     for block in range(num_blocks):
-        stage = block % STAGES
+        stage = _wait_ready(ready, block, STAGES)
         buf = block % 2
-        mbarrier.wait(ready.index(stage), (block // STAGES) & 1)
         v_half = lat_ring.index(stage).slice(D_HALF, D_HALF, dim=1)
         if FP8:
             _copy_v_half(v_half, v16, BLOCK_N)

@@ -1,9 +1,11 @@
-"""What both MLA decode kernel tiers share on the host, and the combine kernel both launch.
+"""What both MLA decode kernel tiers share: on the host, the combine kernel both launch, and the
+key-row gather both kernels call.
 
 ``mla_decode`` (the portable Triton kernel) and ``mla_decode_gluon`` (Hopper) solve the same
 problem over the same layouts (``mla_decode``'s docstring): this module holds, top to bottom,
-the split rule of their plans, how a call's cache is walked (:func:`key_rows`), the host values
-every launch reads once (:func:`host_args`), and the combine over splits.
+the split rule of their plans, how a call's cache is walked (:func:`key_rows` on the host,
+:func:`key_row_offsets` in the kernels), the host values every launch reads once
+(:func:`host_args`), and the combine over splits.
 
 Workspace partials (several splits): from the workspace's first 16-byte boundary, float32
 ``[num_splits, rows * H, D_V]`` normalized partial outputs, then ``[num_splits, rows * H]``
@@ -28,10 +30,6 @@ from ...utils import next_positive_power_of_2
 # globals read inside kernels must be constexpr
 LOG2E = tl.constexpr(constants.LOG2E)
 
-# Fewest keys a split is worth: below this, the combine costs more than the parallelism gains.
-MIN_KEYS_PER_SPLIT = 128
-MAX_SPLITS = 64
-
 
 @dataclasses.dataclass(frozen=True)
 class SplitPlan:
@@ -47,6 +45,11 @@ class SplitPlan:
 
     num_splits: int
     head_blocks: int
+
+
+# Fewest keys a split is worth: below this, the combine costs more than the parallelism gains.
+MIN_KEYS_PER_SPLIT = 128
+MAX_SPLITS = 64
 
 
 def split_count(programs: int, slots: int, list_len: int) -> int:
@@ -91,6 +94,35 @@ def key_rows(call, paged: bool) -> KeyRows:
     if pages <= 1 or page_stride == page_size * row_stride:
         return KeyRows(0, pages * page_size, row_stride, 0, table.shape[-1])
     return KeyRows(0, pages * page_size, page_stride, row_stride, table.shape[-1], page_size)
+
+
+@triton.jit
+def key_row_offsets(
+    list_row,
+    pos,
+    end,
+    num_kv_rows,
+    stride_kv_row,
+    stride_kv_tok,
+    PAGE_SIZE: tl.constexpr,
+    SLOT_PAGE: tl.constexpr,
+):
+    # element offsets of the key rows at list positions `pos`, and which of them exist (the
+    # :class:`KeyRows` geometry). Both tiers call it: in the Gluon kernel these loads and
+    # arithmetic take Gluon's semantics and keep the layout `pos` carries.
+    in_range = pos < end
+    if PAGE_SIZE > 0:
+        page = tl.load(list_row + pos // PAGE_SIZE, mask=in_range, other=-1)
+        valid = in_range & (page >= 0) & (page < num_kv_rows)
+        offs = page.to(tl.int64) * stride_kv_row + (pos % PAGE_SIZE) * stride_kv_tok
+    else:
+        slot = tl.load(list_row + pos, mask=in_range, other=-1)
+        valid = in_range & (slot >= 0) & (slot < num_kv_rows)
+        if SLOT_PAGE > 0:  # a padded page stride: slot = page * SLOT_PAGE + row
+            offs = (slot // SLOT_PAGE).to(tl.int64) * stride_kv_row + (slot % SLOT_PAGE) * stride_kv_tok
+        else:
+            offs = slot.to(tl.int64) * stride_kv_row
+    return offs, valid
 
 
 def _workspace_splits(plan_splits: int, part_rows: int, d_v: int, workspace_bytes: int) -> int:

@@ -1,106 +1,46 @@
 """Launch shapes of the decode-size GEMM (:mod:`.fp8_decode_gemm`), measured on the H200.
 
-Written by ``benchmarks/decode_gemm_sweep.py --write-table``: for each ``(n, k, multiprocessors)``
-the fastest launch shape ``(block_n, block_m, split, stages, warps, tma, swap[, gluon])`` of its sweep
-per row count, and whether cuBLASLt's block-scaled GEMM was faster still, as ``(max_m, config,
-cublas_ahead)`` rows in increasing ``max_m``: ``TABLE`` for the portable kernel, ``GLUON_TABLE`` for
-the Gluon tier (the fastest launch there of either kernel: the Gluon one,
-:mod:`.gluon_fp8_decode_gemm`, or the portable one, ``gluon`` False). Shapes not listed take the
-kernel's heuristic.
+Written by ``benchmarks/decode_gemm_sweep.py --write-table`` into ``decode_gemm_table.json``
+beside this module (data, one row a line, so that a new sweep's diff reads row by row): for each
+``(n, k, multiprocessors)`` the fastest launch shape ``(block_n, block_m, split, stages, warps,
+tma, swap[, gluon])`` of its sweep per row count, and whether cuBLASLt's block-scaled GEMM was
+faster still, as ``(max_m, config, cublas_ahead)`` rows in increasing ``max_m``: ``TABLE`` for the
+portable kernel, ``GLUON_TABLE`` for the Gluon tier (the fastest launch there of either kernel:
+the Gluon one, :mod:`.gluon_fp8_decode_gemm`, or the portable one, ``gluon`` False). Shapes not
+listed take the kernel's heuristic. In the file a key ``(n, k, multiprocessors)`` is the string
+``"n,k,multiprocessors"`` and tuples are lists; here they are tuples again.
 """
 
-TABLE: dict = {
-    (2112, 7168, 132): [
-        (1, (64, 16, 8, 4, 4, False, True), False),
-        (8, (64, 16, 14, 4, 4, False, True), False),
-        (16, (64, 16, 14, 4, 4, False, True), False),
-        (32, (64, 32, 6, 4, 4, False, True), False),
-        (64, (64, 64, 4, 10, 4, True, False), False),
-        (128, (64, 128, 4, 8, 8, True, False), False),
-        (256, (64, 128, 2, 8, 8, True, False), False),
-    ],
-    (4096, 7168, 132): [
-        (1, (64, 16, 6, 4, 4, False, True), False),
-        (8, (64, 16, 4, 4, 4, False, True), False),
-        (16, (64, 16, 4, 4, 4, False, True), False),
-        (32, (64, 32, 4, 4, 4, False, True), False),
-        (64, (64, 64, 6, 4, 4, False, True), False),
-        (128, (128, 128, 4, 6, 8, True, True), False),
-        (256, (128, 128, 2, 6, 8, True, True), True),
-    ],
-    (7168, 2048, 132): [
-        (1, (64, 16, 3, 4, 4, False, True), False),
-        (8, (64, 16, 3, 4, 4, False, True), False),
-        (16, (64, 16, 2, 4, 4, False, True), False),
-        (32, (64, 32, 2, 4, 4, False, True), True),
-        (64, (64, 64, 1, 10, 4, True, False), True),
-        (128, (64, 128, 1, 4, 8, False, True), True),
-        (256, (128, 128, 1, 6, 8, True, True), True),
-    ],
-    (7168, 16384, 132): [
-        (1, (64, 16, 4, 4, 4, False, True), False),
-        (8, (256, 16, 4, 6, 4, True, True), False),
-        (16, (64, 16, 4, 4, 4, False, True), False),
-        (32, (64, 32, 4, 4, 4, False, True), False),
-        (64, (256, 64, 4, 5, 8, True, True), False),
-        (128, (128, 128, 2, 6, 8, True, True), True),
-        (256, (128, 128, 1, 6, 8, True, True), True),
-    ],
-    (24576, 1536, 132): [
-        (1, (64, 16, 1, 4, 4, False, True), False),
-        (8, (64, 16, 1, 4, 4, False, True), False),
-        (16, (64, 16, 1, 4, 4, False, True), False),
-        (32, (64, 32, 1, 4, 4, False, True), False),
-        (64, (64, 64, 1, 4, 4, False, True), False),
-        (128, (128, 128, 1, 6, 8, True, True), True),
-        (256, (128, 128, 1, 6, 8, True, True), True),
-    ],
-}
+from __future__ import annotations
 
-GLUON_TABLE: dict = {
-    (2112, 7168, 132): [
-        (1, (64, 16, 8, 4, 4, False, True, False), False),
-        (8, (64, 8, 3, 10, 4, True, True, True), False),
-        (16, (64, 16, 2, 9, 4, True, True, True), False),
-        (32, (64, 32, 3, 8, 4, True, True, True), False),
-        (64, (64, 64, 4, 6, 4, True, True, True), False),
-        (128, (64, 64, 2, 9, 4, True, True, True), False),
-        (256, (64, 64, 1, 9, 4, True, True, True), False),
-    ],
-    (4096, 7168, 132): [
-        (1, (64, 16, 6, 4, 4, False, True, False), False),
-        (8, (64, 8, 1, 10, 4, True, True, True), False),
-        (16, (64, 16, 1, 9, 4, True, True, True), False),
-        (32, (64, 32, 2, 8, 4, True, True, True), False),
-        (64, (64, 64, 2, 6, 4, True, True, True), False),
-        (128, (64, 64, 1, 9, 4, True, True, True), False),
-        (256, (64, 128, 1, 6, 4, True, True, True), True),
-    ],
-    (7168, 2048, 132): [
-        (1, (64, 8, 1, 10, 4, True, True, True), False),
-        (8, (64, 8, 1, 10, 4, True, True, True), False),
-        (16, (64, 16, 1, 9, 4, True, True, True), False),
-        (32, (64, 32, 1, 8, 4, True, True, True), False),
-        (64, (64, 64, 1, 9, 4, True, True, True), False),
-        (128, (64, 128, 1, 4, 4, True, True, True), True),
-        (256, (128, 128, 1, 4, 4, True, True, True), True),
-    ],
-    (7168, 16384, 132): [
-        (1, (64, 8, 1, 10, 4, True, True, True), False),
-        (8, (64, 8, 1, 10, 4, True, True, True), False),
-        (16, (64, 16, 1, 9, 4, True, True, True), False),
-        (32, (64, 32, 1, 8, 4, True, True, True), False),
-        (64, (128, 64, 2, 6, 4, True, True, True), False),
-        (128, (128, 128, 2, 4, 4, True, True, True), True),
-        (256, (128, 128, 1, 3, 4, True, True, True), True),
-    ],
-    (24576, 1536, 132): [
-        (1, (64, 16, 1, 4, 4, False, True, False), False),
-        (8, (64, 16, 1, 4, 4, False, True, False), False),
-        (16, (64, 16, 1, 4, 4, False, True, False), False),
-        (32, (64, 32, 1, 4, 4, False, True, False), False),
-        (64, (64, 64, 1, 4, 4, False, True, False), False),
-        (128, (128, 128, 1, 4, 4, True, True, True), True),
-        (256, (128, 128, 1, 4, 4, True, True, True), True),
-    ],
-}
+import json
+from pathlib import Path
+
+PATH = Path(__file__).with_suffix(".json")
+
+
+def dumps(tables: dict[str, dict]) -> str:
+    """The text of ``decode_gemm_table.json`` holding ``tables`` (``{"TABLE": ..., "GLUON_TABLE":
+    ...}`` as this module has them)."""
+    names = []
+    for name, table in tables.items():
+        shapes = []
+        for (n, k, num_sms), rows in table.items():
+            lines = ",\n".join(
+                f"      {json.dumps([max_m, list(config), ahead])}" for max_m, config, ahead in rows
+            )
+            shapes.append(f'    "{n},{k},{num_sms}": [\n{lines}\n    ]')
+        names.append(f'  "{name}": {{\n' + ",\n".join(shapes) + "\n  }")
+    return "{\n" + ",\n".join(names) + "\n}\n"
+
+
+def _from_json(table: dict) -> dict:
+    return {
+        tuple(map(int, shape.split(","))): [(max_m, tuple(config), ahead) for max_m, config, ahead in rows]
+        for shape, rows in table.items()
+    }
+
+
+_TABLES = {name: _from_json(table) for name, table in json.loads(PATH.read_text()).items()}
+TABLE: dict = _TABLES["TABLE"]
+GLUON_TABLE: dict = _TABLES["GLUON_TABLE"]

@@ -72,7 +72,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ...._core.triton_launch import FastLaunch
 from ....utils import ceil_div
 from .. import group_strides, multiprocessors
-from ..gluon_tma import SUB_M, banded, share_col, share_row, tma_rows_descriptor
+from ..gluon_tma import SUB_M, GluonTile, share_col, share_row, tile_coords, tma_rows_descriptor
 
 DENSE = gl.constexpr(0)
 CONTIGUOUS = gl.constexpr(1)
@@ -81,27 +81,11 @@ E4M3_MAX = gl.constexpr(448.0)
 
 
 @dataclasses.dataclass(frozen=True)
-class GluonGemmConfig:
-    """Tile of the block-scaled kernel.
-
-    Attributes
-    ----------
-    block_m : int
-        Rows of the tile: 128 or 192 (two or three math warpgroups of 64 rows each), or 64 (two
-        math warpgroups taking half the columns each: small m).
-    block_n : int
-        Columns of the tile: a math warpgroup's share is at most 128 columns, or 256 as two
-        128-column halves (``block_m`` 128, ``block_n`` 256).
-    stages : int
-        Depth of the TMA ring (``(block_m + block_n) * 128`` bytes a stage).
-    group_m : int
-        Row tiles per band of the tile order.
-    """
-
-    block_m: int
-    block_n: int
-    stages: int
-    group_m: int = 8
+class GluonGemmConfig(GluonTile):
+    """Tile of the block-scaled kernel: ``block_m`` 128 or 192 (two or three math warpgroups of 64
+    rows each), or 64 (two math warpgroups taking half the columns each: small m); ``block_n``
+    such that a math warpgroup's share is at most 128 columns, or 256 as two 128-column halves
+    (``block_m`` 128, ``block_n`` 256)."""
 
     @property
     def math_warpgroups(self) -> int:
@@ -111,11 +95,6 @@ class GluonGemmConfig:
     def a_box(self) -> int:
         """Rows of one TMA box of A (a power of two of at most 128: a 192-row tile is 3 boxes)."""
         return 128 if self.block_m % 128 == 0 else SUB_M.value
-
-    @property
-    def share_n(self) -> int:
-        """Columns of one math warpgroup's share (half the tile's for a 64-row tile)."""
-        return self.block_n // 2 if self.block_m == SUB_M.value else self.block_n
 
     @property
     def sub_n(self) -> int:
@@ -185,16 +164,6 @@ def _pow2(x):
 
 
 @gluon.jit
-def _tile_coords(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
-    # (slot: the masked layout's group, 0 otherwise; first row; first column)
-    tiles_m = gl.cdiv(M, BLOCK_M)
-    tiles_n = gl.cdiv(N, BLOCK_N)
-    per_group = tiles_m * tiles_n
-    pid_m, pid_n = banded(tile % per_group, tiles_m, tiles_n, GROUP_M)
-    return tile // per_group, pid_m * BLOCK_M, pid_n * BLOCK_N
-
-
-@gluon.jit
 def _tile_ids(
     tile, rows_ptr, M, N, num_tiles,
     LAYOUT: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
@@ -203,7 +172,7 @@ def _tile_ids(
     # What decides a tile's groups (the math warpgroups load it a tile ahead, so that its latency
     # hides behind the current tile's K loop): CONTIGUOUS the group ids of its rows (-1 past M),
     # MASKED the valid rows of its group clamped to [0, M], DENSE nothing.
-    slot, off_m, off_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    slot, off_m, off_n = tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     if LAYOUT == CONTIGUOUS:
         layout: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
         offs = off_m + gl.arange(0, _pow2(BLOCK_M), layout=layout)
@@ -256,7 +225,7 @@ def _producer(
     k_steps = gl.cdiv(K, a_desc.block_type.shape[1])
     it = 0
     for tile in range(gl.program_id(0), num_tiles, num_programs):
-        slot, off_m, off_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        slot, off_m, off_n = tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         # loaded at the tile (not a tile ahead, as the math warpgroups do): the producer runs a
         # ring ahead of them, and its 24 registers have no room for a second set of ids
         ids = _tile_ids(tile, rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, 1)
@@ -293,7 +262,7 @@ def _row_ids(
     # CONTIGUOUS: the group ids of a math warpgroup's 64 rows in the accumulator's row layout
     # (its row mask), loaded a tile ahead; other layouts need none
     if LAYOUT == CONTIGUOUS:
-        slot, off_m, off_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        slot, off_m, off_n = tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         rows = off_m + ROW0 + gl.arange(0, SUB_M, layout=row_layout)
         return gl.load(rows_ptr + rows, mask=(rows < M) & (tile < num_tiles), other=-1)
     else:
@@ -394,7 +363,7 @@ def _math(
     rids = _row_ids(gl.program_id(0), rows_ptr, M, N, num_tiles, row_layout, LAYOUT, BLOCK_M, BLOCK_N,
                     GROUP_M, ROW0)  # fmt: skip
     for tile in range(gl.program_id(0), num_tiles, num_programs):
-        slot, off_m, off_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        slot, off_m, off_n = tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         following = tile + num_programs
         ids_next = _tile_ids(following, rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, 4)
         rids_next = _row_ids(following, rows_ptr, M, N, num_tiles, row_layout, LAYOUT, BLOCK_M, BLOCK_N,
@@ -483,9 +452,12 @@ def fp8_blockwise_ws_kernel(
     A_BOX: gl.constexpr = a_desc.block_type.shape[0]
     a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES * (BLOCK_M // A_BOX), A_BOX, BK], a_desc.layout)
     b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BLOCK_N, BK], b_desc.layout)
+    MATH_WARPGROUPS: gl.constexpr = BLOCK_M // SUB_M if BLOCK_M > SUB_M else 2
+    # the ring's barriers inline rather than through gluon_tma.ring_barriers: with the helper,
+    # ptxas schedules this kernel's 128-row-share and FP8-output variants differently (the same
+    # instructions, reordered; sm_90 compile, Triton 3.6)
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    MATH_WARPGROUPS: gl.constexpr = BLOCK_M // SUB_M if BLOCK_M > SUB_M else 2
     for i in gl.static_range(STAGES):
         mbarrier.init(full.index(i), count=1)
         mbarrier.init(empty.index(i), count=MATH_WARPGROUPS)  # one arrival per math warpgroup

@@ -47,7 +47,6 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
     mbarrier,
     tma,
     warpgroup_mma,
@@ -56,7 +55,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from ...._core.triton_launch import FastLaunch
 from ....utils import ceil_div
-from ..gluon_tma import BLOCK_K, SUB_M, tma_rows_descriptor
+from ..gluon_tma import BLOCK_K, SUB_M, ring_barriers, tma_rows_descriptor
 
 # Of the 227 KB a block may hold: the ring, with room for the barriers and the epilogue's
 # layout conversion (64 x BLOCK_T fp32 a math warpgroup).
@@ -238,12 +237,7 @@ def fp8_decode_gemm_ws_kernel(
     scale_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
     sa_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_T], scale_layout)
     sb_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_W], scale_layout)
-    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(full.index(i), count=1)
-        mbarrier.init(empty.index(i), count=MATH_WARPGROUPS)  # one arrival per math warpgroup
-    fence_async_shared()
+    full, empty = ring_barriers(STAGES, MATH_WARPGROUPS)
 
     rings = (a_ring, b_ring, sa_ring, sb_ring, full, empty)
     outputs = (out_ptr, partial_ptr, counter_ptr)

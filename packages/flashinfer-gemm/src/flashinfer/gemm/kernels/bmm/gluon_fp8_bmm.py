@@ -57,28 +57,25 @@ from .. import multiprocessors
 from ..gluon_tma import (
     BLOCK_K,
     SUB_M,
-    banded,
+    GluonTile,
     box_layout,
+    ring_barriers,
     share_col,
     share_row,
+    tile_coords,
     tma_descriptor,
     tma_rows_descriptor,
 )
 
 
 @dataclasses.dataclass(frozen=True)
-class GluonBmmConfig:
+class GluonBmmConfig(GluonTile):
     """Tile of the batched kernel: ``block_m`` 128 (math warpgroups split rows) or 64 (they split
     columns), ``block_n`` up to 256 columns (a warpgroup's share at most 256), ``stages`` deep."""
 
-    block_m: int
-    block_n: int
-    stages: int
-    group_m: int = 8
-
-    @property
-    def sub_n(self) -> int:
-        return self.block_n // 2 if self.block_m == SUB_M.value else self.block_n
+    # columns of one math warpgroup's wgmma: its whole share (the same property, no second call
+    # on the launch path)
+    sub_n = GluonTile.share_n
 
 
 # Shared memory: the ring ((block_m + block_n) x 128 bytes a stage) and one output staging
@@ -103,22 +100,19 @@ def _producer(
 ):  # fmt: skip
     STEP_BYTES: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     BK: gl.constexpr = a_desc.block_type.shape[1]
-    tiles_m = gl.cdiv(M, BLOCK_M)
-    tiles_n = gl.cdiv(N, BLOCK_N)
     k_steps = gl.cdiv(K, BK)
     it = 0
     for tile in range(gl.program_id(0), num_tiles, num_programs):
-        batch = tile // (tiles_m * tiles_n)
-        pid_m, pid_n = banded(tile % (tiles_m * tiles_n), tiles_m, tiles_n, GROUP_M)
+        batch, off_m, off_n = tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         for step in range(k_steps):
             stage = it % STAGES
             mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
             mbarrier.expect(full.index(stage), STEP_BYTES)
             tma.async_copy_global_to_shared(
-                a_desc, [batch * M + pid_m * BLOCK_M, step * BK], full.index(stage), a_ring.index(stage)
+                a_desc, [batch * M + off_m, step * BK], full.index(stage), a_ring.index(stage)
             )
             tma.async_copy_global_to_shared(
-                b_desc, [batch * N + pid_n * BLOCK_N, step * BK], full.index(stage), b_ring.index(stage)
+                b_desc, [batch * N + off_n, step * BK], full.index(stage), b_ring.index(stage)
             )
             it += 1
 
@@ -136,15 +130,12 @@ def _math(
     BK: gl.constexpr = a_ring.type.shape[2]
     ROW0: gl.constexpr = share_row(BLOCK_M, WARPGROUP)
     COL0: gl.constexpr = share_col(BLOCK_M, SUB_N, WARPGROUP)
-    tiles_m = gl.cdiv(M, BLOCK_M)
-    tiles_n = gl.cdiv(N, BLOCK_N)
     k_steps = gl.cdiv(K, BK)
     it = 0
     for tile in range(gl.program_id(0), num_tiles, num_programs):
-        batch = tile // (tiles_m * tiles_n)
-        pid_m, pid_n = banded(tile % (tiles_m * tiles_n), tiles_m, tiles_n, GROUP_M)
-        row0 = pid_m * BLOCK_M + ROW0
-        col0 = pid_n * BLOCK_N + COL0
+        batch, off_m, off_n = tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        row0 = off_m + ROW0
+        col0 = off_n + COL0
         rows = row0 + gl.arange(0, SUB_M, layout=gl.SliceLayout(1, mma_layout))
         cols = col0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(0, mma_layout))
         # the scales load while the K steps run
@@ -188,12 +179,7 @@ def fp8_bmm_ws_kernel(
     staging_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([SUB_M, SUB_N], out_desc.dtype)
     staging0 = gl.allocate_shared_memory(out_desc.dtype, [SUB_M, SUB_N], staging_layout)
     staging1 = gl.allocate_shared_memory(out_desc.dtype, [SUB_M, SUB_N], staging_layout)
-    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(full.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)  # one arrival per math warpgroup
-    fence_async_shared()
+    full, empty = ring_barriers(STAGES, 2)
 
     gl.warp_specialize(
         [
