@@ -8,11 +8,12 @@ imports Dynamo.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import NamedTuple
 
 import torch
 
-__all__ = ["NAMESPACE", "custom_op", "public_op", "recall", "remember"]
+__all__ = ["NAMESPACE", "Travel", "public_op", "recall", "remember"]
 
 NAMESPACE = "flashinfer"
 
@@ -25,93 +26,108 @@ def _no_outputs(*args, **kwargs) -> None:
     return None
 
 
-def custom_op(name: str, mutates_args: Iterable[str]) -> Callable:
-    """Register ``fn`` as the custom op ``flashinfer::<name>`` that writes ``mutates_args``.
+class Travel(NamedTuple):
+    """How one public argument reaches a custom op when the op cannot take it as it is.
 
-    Parameters
-    ----------
-    name : str
-        The op's name in the ``flashinfer`` namespace (the public function's name).
-    mutates_args : iterable of str
-        The parameters the op writes: every output buffer the caller can read.
-
-    Returns
-    -------
-    callable
-        A decorator: ``fn`` (annotated, returning None) becomes the op's implementation, with a
-        fake implementation that returns None.
+    A custom op takes tensors, numbers, strings, dtypes and lists of them, each of one type: a
+    scale that may be a float or a tensor, or an object such as decode metadata, travels as other
+    values and is joined back before the public function runs.
     """
 
-    def register(fn: Callable) -> Callable:
-        op = torch.library.custom_op(f"{NAMESPACE}::{name}", mutates_args=tuple(mutates_args))(fn)
-        op.register_fake(_no_outputs)
-        return op
-
-    return register
+    parameters: tuple[tuple[str, object], ...]  # the op's parameters for it: (name, type)
+    split: Callable | None = None  # the argument -> the values of `parameters`; None: as is
+    join: Callable | None = None  # the values of `parameters` -> the argument; None: as is
 
 
 def public_op(
-    fn: Callable, types: Mapping[str, str], outputs: Collection[str], allocated: Collection[str]
-) -> tuple[Callable, tuple[str, ...]]:
+    fn: Callable,
+    outputs: Collection[str],
+    *,
+    types: Mapping[str, object] | None = None,
+    travels: Mapping[str, Travel] | None = None,
+) -> Callable[[dict], None]:
     """Register the public function ``fn`` as ``flashinfer::<fn.__name__>``, its schema read from
     ``fn``'s own parameters.
+
+    The op's parameters are ``fn``'s, in its order, typed by its annotations, except where
+    ``travels`` says otherwise; its implementation joins the op's values back into ``fn``'s
+    arguments and runs ``fn`` (keyword-only parameters, such as FlashInfer's ``skip_check``, by
+    keyword).
 
     Parameters
     ----------
     fn : callable
-        The public function; the op runs it with the op's arguments in order, its one
-        keyword-only parameter (FlashInfer's ``skip_check``) by keyword.
-    types : mapping of str to str
-        The schema type (``"ScalarType"``, ``"SymInt[]"``) of each parameter that is not a
-        tensor; any other parameter is a ``Tensor``. A parameter whose default is None is
-        optional (``?``) unless it is in ``allocated``.
+        The public function.
     outputs : collection of str
-        The parameters the op writes, where ``fn`` has them: every output buffer.
-    allocated : collection of str
-        The outputs the caller allocates when None, so that the op always receives a tensor.
+        The op parameters the op writes, where it has them: every output buffer the caller can
+        read.
+    types : mapping of str to type, optional
+        The type of each parameter that ``fn`` leaves unannotated and that is not a tensor
+        (``torch.dtype``, ``int``, ``list[int]``, ...); any other unannotated parameter is a
+        tensor. An unannotated parameter whose default is None is optional.
+    travels : mapping of str to Travel, optional
+        The public arguments that reach the op as other values, or as a narrower type (an output
+        the caller allocates when None, so that the op always receives a tensor).
 
     Returns
     -------
-    tuple
-        The op, and ``fn``'s parameter names in the order of the op's arguments.
+    callable
+        ``call(arguments)``: calls the op (while Dynamo traces) with the public function's
+        arguments by name, every output among them set.
     """
+    types = types or {}
+    travels = travels or {}
     # the parameters of the function under the decorators, read from its code: `gated` hides
     # skip_check from the signature that inspect reports
     function = inspect.unwrap(fn)
     code = function.__code__
-    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    positional = code.co_argcount
+    names = code.co_varnames[: positional + code.co_kwonlyargcount]
+    keyword_only = names[positional:]
     positional_defaults = function.__defaults__ or ()
-    defaults = dict(zip(names[code.co_argcount - len(positional_defaults) :], positional_defaults))
+    defaults = dict(zip(names[positional - len(positional_defaults) : positional], positional_defaults))
     defaults.update(function.__kwdefaults__ or {})
-    keyword_only = names[code.co_argcount :]
-    if keyword_only == ("skip_check",):
+    annotations = inspect.get_annotations(function, eval_str=True)
 
-        def implementation(*args) -> None:
-            fn(*args[:-1], skip_check=args[-1])
+    def as_is(name: str) -> Travel:
+        if name in annotations:
+            return Travel(((name, annotations[name]),))
+        kind = types.get(name, torch.Tensor)
+        return Travel(((name, kind | None if name in defaults and defaults[name] is None else kind),))
 
-    elif not keyword_only:
+    routes = tuple(travels[name] if name in travels else as_is(name) for name in names)
 
-        def implementation(*args) -> None:
-            fn(*args)
+    def run(*values) -> None:  # the op's implementation: the public function, run eagerly
+        arguments, start = [], 0
+        for route in routes:
+            end = start + len(route.parameters)
+            arguments.append(values[start] if route.join is None else route.join(*values[start:end]))
+            start = end
+        fn(*arguments[:positional], **dict(zip(keyword_only, arguments[positional:])))
 
-    else:
-        raise ValueError(f"`{fn.__name__}` has keyword-only {keyword_only}; an op takes skip_check only")
-    arguments = []
-    for index, name in enumerate(names):
-        kind = types.get(name, "Tensor")
-        if name in outputs:
-            kind += f"(a{index}!)"
-        if name not in allocated and name in defaults and defaults[name] is None:
-            kind += "?"
-        arguments.append(f"{kind} {name}")
+    parameters = [
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=kind)
+        for route in routes
+        for name, kind in route.parameters
+    ]
+    run.__signature__ = inspect.Signature(parameters, return_annotation=None)
     op = torch.library.custom_op(
         f"{NAMESPACE}::{fn.__name__}",
-        implementation,
-        mutates_args=tuple(name for name in names if name in outputs),
-        schema=f"({', '.join(arguments)}) -> ()",
+        run,
+        mutates_args=tuple(parameter.name for parameter in parameters if parameter.name in outputs),
     )
     op.register_fake(_no_outputs)
-    return op, names
+
+    def call(arguments: dict) -> None:
+        values = []
+        for name, route in zip(names, routes):
+            if route.split is None:
+                values.append(arguments[name])
+            else:
+                values.extend(route.split(arguments[name]))
+        op(*values)
+
+    return call
 
 
 @torch.compiler.assume_constant_result

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from flashinfer._core.custom_ops import public_op
+from flashinfer._core.custom_ops import Travel, public_op
 
 from ._bmm import bmm_bf16, bmm_fp8
 from ._deepgemm_fp8_nt import batch_deepgemm_fp8_nt_groupwise, group_deepgemm_fp8_nt_groupwise
@@ -21,20 +21,21 @@ from ._fp8_blockscale_gemm_sm90 import fp8_blockscale_gemm_sm90
 from ._gemm_fp8_nt import gemm_fp8_nt_groupwise
 from ._group_gemm_fp8_nt import group_gemm_fp8_nt_groupwise
 
-# the schema types of the GEMM APIs' parameters that are not tensors
+# the types of the GEMM APIs' parameters that are not tensors (the functions are not annotated)
 _NOT_TENSORS = {
-    "dtype": "ScalarType",
-    "out_dtype": "ScalarType",
-    "backend": "str",
-    "scale_major_mode": "str",
-    "mma_sm": "SymInt",
-    "expected_m": "SymInt",
-    "scale_granularity_mnk": "SymInt[]",
-    "skip_check": "bool",
+    "dtype": torch.dtype,
+    "out_dtype": torch.dtype,
+    "backend": str,
+    "scale_major_mode": str,
+    "mma_sm": int,
+    "expected_m": int,
+    "scale_granularity_mnk": list[int],
+    "skip_check": bool,
 }
-# what the ops write; `out` is allocated here when the caller leaves it to the function
+# what the ops write
 _OUTPUTS = ("out", "output_scale")
-_ALLOCATED = ("out",)
+# `out` is allocated here when the caller leaves it to the function, so the op always receives a tensor
+_ALLOCATED = {"out": Travel((("out", torch.Tensor),))}
 
 # public function -> the shape of its `out`, as (parameter, dimension) pairs
 _OUT_SHAPES = {
@@ -47,9 +48,9 @@ _OUT_SHAPES = {
     batch_deepgemm_fp8_nt_groupwise: (("a", 0), ("a", 1), ("b", 1)),
 }
 
-# name -> (the op, the public function's parameters in the op's order, the shape of `out`)
+# name -> (the op, the shape of `out`)
 _OPS = {
-    fn.__name__: (*public_op(fn, _NOT_TENSORS, _OUTPUTS, _ALLOCATED), out_shape)
+    fn.__name__: (public_op(fn, _OUTPUTS, types=_NOT_TENSORS, travels=_ALLOCATED), out_shape)
     for fn, out_shape in _OUT_SHAPES.items()
 }
 
@@ -70,13 +71,15 @@ def call(name: str, arguments: dict) -> torch.Tensor:
         ``out``: the caller's, or a contiguous tensor of the contract's shape and dtype (the
         dtype argument, else bfloat16, or float8_e4m3fn with ``output_scale``).
     """
-    op, parameters, out_shape = _OPS[name]
+    op, out_shape = _OPS[name]
     out = arguments["out"]
     if out is None:
         dtype = arguments.get("out_dtype", arguments.get("dtype"))  # bmm_fp8 calls it `dtype`
         if dtype is None:
             dtype = torch.bfloat16 if arguments.get("output_scale") is None else torch.float8_e4m3fn
         shape = [arguments[parameter].shape[dim] for parameter, dim in out_shape]
-        out = torch.empty(shape, dtype=dtype, device=arguments[parameters[0]].device)
-    op(*[out if parameter == "out" else arguments[parameter] for parameter in parameters])
+        # the first operand names the device: A, a or input, the first parameter of every row
+        out = torch.empty(shape, dtype=dtype, device=arguments[out_shape[0][0]].device)
+        arguments["out"] = out
+    op(arguments)
     return out

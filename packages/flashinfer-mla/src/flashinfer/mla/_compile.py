@@ -7,98 +7,31 @@ function hands its arguments over as ``locals()`` (name -> value); each wrapper 
 the outputs the caller left to the function (shapes and dtypes of the contract, contiguous) and
 calls its op, which runs the public function eagerly with them when the compiled graph runs.
 
-Each op's parameters are its public function's, in the same order and with the same
-annotations, read from the signature once at import, so the argument list is written in one
-place. A custom op takes tensors, scalars, strings and lists only, so a few decode arguments
-travel as other values (:class:`_Travel`): a scale that may be a float or a tensor becomes both
+Each op is registered from its public function's own parameters and annotations
+(:func:`flashinfer._core.custom_ops.public_op`), so the argument list is written in one place. A
+custom op takes tensors, scalars, strings and lists only, so a few decode arguments travel as
+other values (:class:`~flashinfer._core.custom_ops.Travel`): a scale that may be a float or a tensor becomes both
 (one of them used), ``sinks`` (a tensor, a list of one, or None) a list and its form, and the
 ``metadata=`` object a key of :func:`flashinfer._core.custom_ops.remember` (-1 for None).
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
-from typing import NamedTuple
-
 import torch
 
-from .._core.custom_ops import custom_op, recall, remember
+from .._core.custom_ops import Travel, public_op, recall, remember
 from ._decode import trtllm_batch_decode_with_kv_cache_mla as _eager_decode
 from ._rope import _OUTPUTS as _ROPE_OUTPUTS
 from ._rope import rope_quantize_fp8 as _eager_rope
 
 Tensor = torch.Tensor
 
-
-class _Travel(NamedTuple):
-    """How one public argument reaches the op when it cannot be passed as it is."""
-
-    parameters: tuple[tuple[str, object], ...]  # the op's parameters for it: (name, type)
-    split: Callable | None = None  # the argument -> the values of `parameters`; None: as is
-    join: Callable | None = None  # the values of `parameters` -> the argument; None: as is
-
-
-class _PublicOp:
-    """A public function as the custom op ``flashinfer::<its name>`` that runs it.
-
-    Parameters
-    ----------
-    public : callable
-        The public function; the op's parameters are its parameters, in its order, typed by its
-        annotations, except where ``travels`` says otherwise.
-    mutates_args : tuple of str
-        The op parameters written in place (every output buffer the caller can read).
-    travels : dict of str to _Travel
-        The public arguments that reach the op as other values, or as a narrower type.
-    """
-
-    def __init__(self, public: Callable, mutates_args: tuple[str, ...], travels: dict[str, _Travel]):
-        signature = inspect.signature(public, eval_str=True)
-        self.names = tuple(signature.parameters)
-        self.splits = tuple(travels[name].split if name in travels else None for name in self.names)
-        parameters = [
-            inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotation)
-            for public_name, parameter in signature.parameters.items()
-            for name, annotation in (
-                travels[public_name].parameters
-                if public_name in travels
-                else ((public_name, parameter.annotation),)
-            )
-        ]
-        # per public parameter, in order: how many op values it arrived as, and how to join them
-        joins = tuple(
-            (len(travels[name].parameters), travels[name].join) if name in travels else (1, None)
-            for name in self.names
-        )
-
-        def run(*values) -> None:  # the op's implementation: the public function, run eagerly
-            arguments, start = [], 0
-            for count, join in joins:
-                arguments.append(values[start] if join is None else join(*values[start : start + count]))
-                start += count
-            public(*arguments)
-
-        run.__signature__ = inspect.Signature(parameters, return_annotation=None)
-        self.op = custom_op(public.__name__, mutates_args=mutates_args)(run)
-
-    def __call__(self, arguments: dict) -> None:
-        """Call the op (while Dynamo traces) with the public function's ``arguments``, outputs set."""
-        values = []
-        for name, split in zip(self.names, self.splits):
-            if split is None:
-                values.append(arguments[name])
-            else:
-                values.extend(split(arguments[name]))
-        self.op(*values)
-
-
 # ------------------------------------------------------------------------- rope_quantize_fp8
 
-_ROPE = _PublicOp(
+_ROPE = public_op(
     _eager_rope,
-    mutates_args=_ROPE_OUTPUTS,
-    travels={name: _Travel(((name, Tensor),)) for name in _ROPE_OUTPUTS},  # allocated when missing
+    _ROPE_OUTPUTS,
+    travels={name: Travel(((name, Tensor),)) for name in _ROPE_OUTPUTS},  # allocated when missing
 )
 
 
@@ -149,8 +82,8 @@ def _join_scale(value: float, tensor: Tensor | None):
     return value if tensor is None else tensor
 
 
-def _scale_travel(name: str) -> _Travel:
-    return _Travel(((name, float), (f"{name}_tensor", Tensor | None)), _split_scale, _join_scale)
+def _scale_travel(name: str) -> Travel:
+    return Travel(((name, float), (f"{name}_tensor", Tensor | None)), _split_scale, _join_scale)
 
 
 def _split_sinks(sinks) -> tuple:
@@ -177,15 +110,15 @@ def _metadata_object(key: int):
 # stream order), so it is not declared: as a mutated input, a 128-384 MiB buffer would be copied
 # wherever functionalization cannot write it in place, and CUDA-graph trees skip graphs that
 # mutate their inputs.
-_DECODE = _PublicOp(
+_DECODE = public_op(
     _eager_decode,
-    mutates_args=("out", "lse"),
+    ("out", "lse"),
     travels={
-        "out": _Travel((("out", Tensor),)),  # allocated when missing
+        "out": Travel((("out", Tensor),)),  # allocated when missing
         "bmm1_scale": _scale_travel("bmm1_scale"),
         "bmm2_scale": _scale_travel("bmm2_scale"),
-        "sinks": _Travel((("sinks", list[Tensor]), ("sinks_form", int)), _split_sinks, _join_sinks),
-        "metadata": _Travel((("metadata", int),), _metadata_key, _metadata_object),
+        "sinks": Travel((("sinks", list[Tensor]), ("sinks_form", int)), _split_sinks, _join_sinks),
+        "metadata": Travel((("metadata", int),), _metadata_key, _metadata_object),
     },
 )
 
