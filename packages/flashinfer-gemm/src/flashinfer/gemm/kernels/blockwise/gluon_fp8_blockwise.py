@@ -167,14 +167,14 @@ def _pow2(x):
 def _tile_ids(
     tile, rows_ptr, M, N, num_tiles,
     LAYOUT: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
-    NUM_WARPS: gl.constexpr,
 ):  # fmt: skip
     # What decides a tile's groups (the math warpgroups load it a tile ahead, so that its latency
     # hides behind the current tile's K loop): CONTIGUOUS the group ids of its rows (-1 past M),
-    # MASKED the valid rows of its group clamped to [0, M], DENSE nothing.
+    # MASKED the valid rows of its group clamped to [0, M], DENSE nothing. The ids are spread over
+    # the warps of the calling partition (gl.num_warps: the producer's one, a math warpgroup's 4).
     slot, off_m, off_n = tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     if LAYOUT == CONTIGUOUS:
-        layout: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
         offs = off_m + gl.arange(0, _pow2(BLOCK_M), layout=layout)
         valid = (offs < M) & (offs < off_m + BLOCK_M) & (tile < num_tiles)
         return gl.load(rows_ptr + offs, mask=valid, other=-1)
@@ -228,7 +228,7 @@ def _producer(
         slot, off_m, off_n = tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         # loaded at the tile (not a tile ahead, as the math warpgroups do): the producer runs a
         # ring ahead of them, and its 24 registers have no room for a second set of ids
-        ids = _tile_ids(tile, rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, 1)
+        ids = _tile_ids(tile, rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M)
         group = _first_group(ids, slot, off_m, num_groups, LAYOUT)
         while group < num_groups:
             a_row = off_m
@@ -359,13 +359,13 @@ def _math(
     COL0: gl.constexpr = share_col(BLOCK_M, SUB_N, WARPGROUP)
     k_steps = gl.cdiv(K, BK)
     it = 0
-    ids = _tile_ids(gl.program_id(0), rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, 4)
+    ids = _tile_ids(gl.program_id(0), rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M)
     rids = _row_ids(gl.program_id(0), rows_ptr, M, N, num_tiles, row_layout, LAYOUT, BLOCK_M, BLOCK_N,
                     GROUP_M, ROW0)  # fmt: skip
     for tile in range(gl.program_id(0), num_tiles, num_programs):
         slot, off_m, off_n = tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         following = tile + num_programs
-        ids_next = _tile_ids(following, rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M, 4)
+        ids_next = _tile_ids(following, rows_ptr, M, N, num_tiles, LAYOUT, BLOCK_M, BLOCK_N, GROUP_M)
         rids_next = _row_ids(following, rows_ptr, M, N, num_tiles, row_layout, LAYOUT, BLOCK_M, BLOCK_N,
                              GROUP_M, ROW0)  # fmt: skip
         group = _first_group(ids, slot, off_m, num_groups, LAYOUT)
