@@ -77,11 +77,12 @@ def _rope_quantize_heads(
     token,
     head_start,
     num_heads,
+    # the token's rotation, shared by q and k: ``half = arange(R/2)`` and its cos/sin values
+    half,
     cos,
     sin,
     pos_ok,
     scale,
-    ROPE_DIM: tl.constexpr,
     NOPE_DIM: tl.constexpr,
     BLOCK_NOPE: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -90,10 +91,9 @@ def _rope_quantize_heads(
 ):
     heads = head_start + tl.arange(0, BLOCK_H)
     head_ok = heads < num_heads
-    half = tl.arange(0, ROPE_DIM // 2)
     if IS_NEOX:
         first = half
-        second = half + ROPE_DIM // 2
+        second = half + half.shape[0]
     else:
         first = 2 * half
         second = 2 * half + 1
@@ -187,16 +187,16 @@ def rope_quantize_kernel(
             q_rope_ptr, q_nope_ptr, q_rope_out_ptr, q_nope_out_ptr,
             stride_qrt, stride_qrh, stride_qnt, stride_qnh,
             stride_qrot, stride_qroh, stride_qnot, stride_qnoh,
-            token, head_block * BLOCK_H, num_q_heads, cos, sin, pos_ok, quant_scale_q,
-            ROPE_DIM, NOPE_DIM, BLOCK_NOPE, BLOCK_H, IS_NEOX, FP8_MAX,
+            token, head_block * BLOCK_H, num_q_heads, half, cos, sin, pos_ok, quant_scale_q,
+            NOPE_DIM, BLOCK_NOPE, BLOCK_H, IS_NEOX, FP8_MAX,
         )  # fmt: skip
     else:
         _rope_quantize_heads(
             k_rope_ptr, k_nope_ptr, k_rope_out_ptr, k_nope_out_ptr,
             stride_krt, stride_krh, stride_knt, stride_knh,
             stride_krot, stride_kroh, stride_knot, stride_knoh,
-            token, (head_block - q_blocks) * BLOCK_H, num_k_heads, cos, sin, pos_ok, quant_scale_kv,
-            ROPE_DIM, NOPE_DIM, BLOCK_NOPE, BLOCK_H, IS_NEOX, FP8_MAX,
+            token, (head_block - q_blocks) * BLOCK_H, num_k_heads, half, cos, sin, pos_ok, quant_scale_kv,
+            NOPE_DIM, BLOCK_NOPE, BLOCK_H, IS_NEOX, FP8_MAX,
         )  # fmt: skip
 
 
