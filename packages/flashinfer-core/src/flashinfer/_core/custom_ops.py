@@ -73,7 +73,9 @@ def public_op(
     -------
     callable
         ``call(arguments)``: calls the op (while Dynamo traces) with the public function's
-        arguments by name, every output among them set.
+        arguments by name, every output among them set. Its ``parameters`` attribute holds the
+        public function's parameter names in order: a public function hands its arguments over
+        as a tuple in that order (Dynamo before torch 2.13 cannot trace ``locals()``).
     """
     types = types or {}
     travels = travels or {}
@@ -127,6 +129,7 @@ def public_op(
                 values.extend(route.split(arguments[name]))
         op(*values)
 
+    call.parameters = names
     return call
 
 

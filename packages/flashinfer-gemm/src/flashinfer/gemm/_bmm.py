@@ -187,7 +187,7 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.call("bmm_bf16", locals())
+        return _compile.call("bmm_bf16", (A, B, out, out_dtype, backend, skip_check))
     return _bmm_bf16(A, B, None, None, out, out_dtype, backend, skip_check)
 
 
@@ -259,7 +259,7 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.call("bmm_fp8", locals())
+        return _compile.call("bmm_fp8", (A, B, A_scale, B_scale, dtype, out, backend, skip_check))
     return _bmm_fp8(A, B, A_scale, B_scale, out, dtype, backend, skip_check)
 
 

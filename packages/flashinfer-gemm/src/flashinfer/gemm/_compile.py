@@ -55,15 +55,15 @@ _OPS = {
 }
 
 
-def call(name: str, arguments: dict) -> torch.Tensor:
+def call(name: str, values: tuple) -> torch.Tensor:
     """The public GEMM ``name`` as one node.
 
     Parameters
     ----------
     name : str
         The public function's name.
-    arguments : dict
-        Its arguments by parameter name (the function's ``locals()`` on entry).
+    values : tuple
+        Its arguments, in the order of its parameters.
 
     Returns
     -------
@@ -72,6 +72,7 @@ def call(name: str, arguments: dict) -> torch.Tensor:
         dtype argument, else bfloat16, or float8_e4m3fn with ``output_scale``).
     """
     op, out_shape = _OPS[name]
+    arguments = dict(zip(op.parameters, values))
     out = arguments["out"]
     if out is None:
         dtype = arguments.get("out_dtype", arguments.get("dtype"))  # bmm_fp8 calls it `dtype`

@@ -156,7 +156,10 @@ def group_deepgemm_fp8_nt_groupwise(
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.call("group_deepgemm_fp8_nt_groupwise", locals())
+        return _compile.call(
+            "group_deepgemm_fp8_nt_groupwise",
+            (a, b, a_scale, b_scale, m_indices, scale_granularity_mnk, out, out_dtype, skip_check),
+        )
     try:
         a_shape, b_shape = a.shape, b.shape
         dtype = out.dtype if out is not None else (out_dtype or torch.bfloat16)
@@ -268,7 +271,10 @@ def batch_deepgemm_fp8_nt_groupwise(
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.call("batch_deepgemm_fp8_nt_groupwise", locals())
+        return _compile.call(
+            "batch_deepgemm_fp8_nt_groupwise",
+            (a, b, a_scale, b_scale, masked_m, expected_m, scale_granularity_mnk, out, out_dtype, skip_check),
+        )
     try:
         a_shape, b_shape = a.shape, b.shape
         dtype = out.dtype if out is not None else (out_dtype or torch.bfloat16)

@@ -208,7 +208,9 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.call("fp8_blockscale_gemm_sm90", locals())
+        return _compile.call(
+            "fp8_blockscale_gemm_sm90", (input, weight, input_scale, weight_scale, out, out_dtype)
+        )
     try:
         M, N, K = _check_shapes(input.shape, weight.shape)
         input_dtype, weight_dtype, device = input.dtype, weight.dtype, input.device

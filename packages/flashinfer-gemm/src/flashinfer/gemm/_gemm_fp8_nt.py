@@ -185,7 +185,10 @@ def gemm_fp8_nt_groupwise(
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.call("gemm_fp8_nt_groupwise", locals())
+        return _compile.call("gemm_fp8_nt_groupwise", (
+            a, b, a_scale, b_scale, scale_major_mode, mma_sm, scale_granularity_mnk, out, out_dtype, backend,
+            output_scale, skip_check
+        ))  # fmt: skip
     try:
         a_shape, b_shape, device = a.shape, b.shape, a.device
         granularity = tuple(scale_granularity_mnk)

@@ -130,7 +130,23 @@ def group_gemm_fp8_nt_groupwise(
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.call("group_gemm_fp8_nt_groupwise", locals())
+        return _compile.call(
+            "group_gemm_fp8_nt_groupwise",
+            (
+                a,
+                b,
+                a_scale,
+                b_scale,
+                m_indptr,
+                scale_granularity_mnk,
+                scale_major_mode,
+                mma_sm,
+                out,
+                out_dtype,
+                backend,
+                skip_check,
+            ),
+        )
     granularity = tuple(scale_granularity_mnk)
     try:
         a_shape, b_shape, device = a.shape, b.shape, a.device

@@ -3,7 +3,7 @@
 Imported by ``rope_quantize_fp8`` and ``trtllm_batch_decode_with_kv_cache_mla`` only while
 Dynamo traces them (:mod:`flashinfer._core.compile` says why and how); ``mla_rope_quantize_fp8``
 runs ``rope_quantize_fp8``'s code and so is one ``flashinfer::rope_quantize_fp8`` node. A public
-function hands its arguments over as ``locals()`` (name -> value); each wrapper here allocates
+function hands its arguments over as a tuple in its parameters' order; each wrapper here allocates
 the outputs the caller left to the function (shapes and dtypes of the contract, contiguous) and
 calls its op, which runs the public function eagerly with them when the compiled graph runs.
 
@@ -35,13 +35,14 @@ _ROPE = public_op(
 )
 
 
-def rope_quantize_fp8(arguments: dict) -> tuple:
+def rope_quantize_fp8(values: tuple) -> tuple:
     """``rope_quantize_fp8`` as one node; returns the four outputs as the eager function does.
 
-    ``arguments`` are the public function's. Missing outputs are allocated with the shapes of
+    ``values`` are the public function's arguments in order. Missing outputs are allocated with the shapes of
     their inputs (a missing nope input: its rope input's leading dimensions and width 0) and
     ``quantize_dtype``, else the dtype of the first given output, else float8_e4m3fn.
     """
+    arguments = dict(zip(_ROPE.parameters, values))
     q_rope, k_rope, q_nope, k_nope = (arguments[name] for name in ("q_rope", "k_rope", "q_nope", "k_nope"))
     given = tuple(arguments[name] for name in _ROPE_OUTPUTS)
     dtype = arguments["quantize_dtype"]
@@ -123,15 +124,16 @@ _DECODE = public_op(
 )
 
 
-def trtllm_batch_decode_with_kv_cache_mla(arguments: dict):
+def trtllm_batch_decode_with_kv_cache_mla(values: tuple):
     """The decode as one node; returns ``out``, or ``(out, lse)`` with ``return_lse``.
 
-    ``arguments`` are the public function's. ``out`` is allocated as ``query.shape[:-1] +
+    ``values`` are the public function's arguments in order. ``out`` is allocated as ``query.shape[:-1] +
     (kv_lora_rank,)`` bfloat16 (``[batch, q_len, heads, kv_lora_rank]``, or ``[total_q, heads,
     kv_lora_rank]`` for a compact query) and, with ``return_lse``, ``lse`` as float32 ``[tokens,
     heads]``, tokens the product of the query's leading dimensions: the eager function's
     allocations.
     """
+    arguments = dict(zip(_DECODE.parameters, values))
     query, out, lse, return_lse = (arguments[name] for name in ("query", "out", "lse", "return_lse"))
     if out is None:
         out = torch.empty(

@@ -174,7 +174,14 @@ def trtllm_batch_decode_with_kv_cache_mla(
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.trtllm_batch_decode_with_kv_cache_mla(locals())  # only the arguments are bound yet
+        return _compile.trtllm_batch_decode_with_kv_cache_mla((
+            query, kv_cache, workspace_buffer, qk_nope_head_dim, kv_lora_rank, qk_rope_head_dim, block_tables,
+            seq_lens, max_seq_len, sparse_mla_top_k, out, bmm1_scale, bmm2_scale, sinks,
+            skip_softmax_threshold_scale_factor, enable_pdl, backend, is_var_seq, uses_shared_paged_kv_idx, lse,
+            return_lse, cute_dsl_impl, kv_scale_format, cum_seq_lens_q, max_q_len, multi_ctas_kv_counter_buffer,
+            sparse_mla_top_k_lens, enable_dcp, cp_world, cp_rank, causal_seqlens_kv_global, use_fp16_softmax,
+            metadata
+        ))  # fmt: skip
     # ---- the options both cache forms share, in the order FlashInfer checks them
     if backend not in _checks.BACKENDS:
         raise ValueError(

@@ -128,7 +128,10 @@ def rope_quantize_fp8(
     if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
         from . import _compile
 
-        return _compile.rope_quantize_fp8(locals())  # only the arguments are bound yet
+        return _compile.rope_quantize_fp8((
+            q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, quantize_dtype, quant_scale_q,
+            quant_scale_kv, q_rope_out, k_rope_out, q_nope_out, k_nope_out, enable_pdl
+        ))  # fmt: skip
     given = (q_rope_out, k_rope_out, q_nope_out, k_nope_out)
     try:
         dtype_arg = "quantize_dtype"
