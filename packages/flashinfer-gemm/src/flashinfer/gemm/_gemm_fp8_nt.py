@@ -38,6 +38,7 @@ _GRANULARITIES = ((1, 128, 128), (128, 128, 128))
 _BLOCK_GRANULARITY = _GRANULARITIES[1]
 _MODES = (None, "K", "MN")
 _NAMES = frozenset(GEMM_FP8_NT_GROUPWISE.names)
+_HOLDS = GEMM_FP8_NT_GROUPWISE.holds
 _INPUTS = ("a", "b", "a_scale", "b_scale", "output_scale")
 
 
@@ -221,7 +222,8 @@ def gemm_fp8_nt_groupwise(
             if granularity not in _GRANULARITIES:
                 expected = "(1, 128, 128) or (128, 128, 128)"
                 fail(ValueError, "scale_granularity_mnk", expected, str(granularity))
-            if backend in GEMM_FP8_NT_GROUPWISE.rules:
+            holds = _HOLDS.get(backend)
+            if holds is not None and not holds(scale_major_mode, granularity, a_shape[1], output_scale):
                 GEMM_FP8_NT_GROUPWISE.enforce(
                     backend, scale_major_mode, granularity, a_shape[1], output_scale
                 )
