@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .checks import describe, fail
 
@@ -88,6 +89,12 @@ class BackendTable:
             if not rule.holds(*context):
                 fail(rule.exc, rule.arg, f"{rule.expected} (backend={backend!r})", rule.got(*context))
 
+    @cached_property
+    def holds(self) -> dict:
+        """``{name: holds(*context) -> bool}``, True when every rule of the name holds: the hot
+        path's guard (one call where the rules pass), :meth:`enforce` then says which one broke."""
+        return {name: _every(rules) for name, rules in self.rules.items()}
+
     @property
     def notes(self) -> dict:
         """``{name: its rules in words}`` for the README and ``show-config``."""
@@ -95,6 +102,21 @@ class BackendTable:
             name: "; ".join(f"`{rule.arg}` {rule.expected}" for rule in rules)
             for name, rules in self.rules.items()
         }
+
+
+def _every(rules: tuple) -> Callable[..., bool]:
+    """One function that tells whether every rule of ``rules`` holds (a lone rule's own test)."""
+    if len(rules) == 1:
+        return rules[0].holds
+    tests = tuple(rule.holds for rule in rules)
+
+    def every(*context) -> bool:
+        for holds in tests:
+            if not holds(*context):
+                return False
+        return True
+
+    return every
 
 
 def gated(table: BackendTable):

@@ -1,7 +1,8 @@
 """The argument records the GEMM API layer hands to every implementation.
 
 One immutable record per op, built once by the public function after validation (so every
-field already satisfies what its docstring says) and passed, as one argument, to
+field already satisfies what its docstring says; through ``_make`` from a tuple of every field,
+which costs less host time than the constructor's argument binding) and passed, as one argument, to
 ``_reference``, ``_cuda`` and ``_mate`` and on to the Triton launchers (only with every size
 above zero: at ``k == 0`` the API calls the record's ``zero_fill`` instead, :func:`._dispatch.run`). Fields hold the caller's
 tensors as given; views an implementation may want (a 0-dim scale, the logical orientation of

@@ -2,8 +2,9 @@
 
 A name never picks a different implementation module: the tensor's device does (``ROUTES`` in
 :mod:`._dispatch`). A name only keeps FlashInfer's name-specific rules, written here once as
-data: the op checks them (``TABLE.enforce(backend, *context)``) and the README's table shows
-them. Every name runs on every device, so the hooks ``is_backend_supported`` /
+data: the op checks them (``TABLE.enforce(backend, *context)``; where the default name has
+rules, behind the one-call guard ``TABLE.holds[backend](*context)``) and the README's table
+shows them. Every name runs on every device, so the hooks ``is_backend_supported`` /
 ``is_compute_capability_supported`` answer True for every known name and capability; a call
 that a known name cannot serve raises :class:`flashinfer.utils.BackendSupportedError` from the
 op itself (``mubin`` without ``output_scale``).

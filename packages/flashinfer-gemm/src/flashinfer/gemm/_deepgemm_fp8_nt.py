@@ -190,8 +190,8 @@ def group_deepgemm_fp8_nt_groupwise(
         raise
     m, k = a_shape
     if out is None:
-        out = torch.empty((m, b_shape[1]), dtype=dtype, device=a.device)
-    call = GroupedContiguous(a, b, a_scale, b_scale, m_indices, out)
+        out = torch.empty(m, b_shape[1], dtype=dtype, device=a.device)
+    call = GroupedContiguous._make((a, b, a_scale, b_scale, m_indices, out))
     return run(DISPATCH.module(a.device).group_gemm_contiguous, call, k)
 
 
@@ -313,8 +313,8 @@ def batch_deepgemm_fp8_nt_groupwise(
         )
         raise
     if out is None:
-        out = torch.empty((a_shape[0], a_shape[1], b_shape[1]), dtype=dtype, device=a.device)
+        out = torch.empty(a_shape[0], a_shape[1], b_shape[1], dtype=dtype, device=a.device)
     DISPATCH.module(a.device).group_gemm_masked(
-        GroupedMasked(a, b, a_scale, b_scale, masked_m, expected_m, out)
+        GroupedMasked._make((a, b, a_scale, b_scale, masked_m, expected_m, out))
     )
     return out

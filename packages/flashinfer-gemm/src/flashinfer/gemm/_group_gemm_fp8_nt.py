@@ -198,11 +198,11 @@ def group_gemm_fp8_nt_groupwise(
         )
         raise
     if out is None:
-        out = torch.empty((m, n), dtype=dtype, device=device)
+        out = torch.empty(m, n, dtype=dtype, device=device)
     if groups == 0:
         return out
     a_view, b_view = _scale_views(a_scale, b_scale, m_indptr, m, scale_major_mode, granularity[0])
-    call = GroupedSegments(a, b, a_view, b_view, m_indptr, out)
+    call = GroupedSegments._make((a, b, a_view, b_view, m_indptr, out))
     return run(DISPATCH.module(device).group_gemm_segments, call, k)
 
 

@@ -153,8 +153,8 @@ def check(
         raise
 
     # ---- outputs, the record
-    if out is None:
-        out = out4 = torch.empty(out_shape, dtype=torch.bfloat16, device=device)
+    if out is None:  # sizes as arguments: torch.empty parses a size tuple about 0.3 us slower
+        out = out4 = torch.empty(*out_shape, dtype=torch.bfloat16, device=device)
     if lse is None and return_lse:
         lse = torch.empty(batch * q_len, heads, dtype=torch.float32, device=device)
     result = (out, lse) if return_lse else out

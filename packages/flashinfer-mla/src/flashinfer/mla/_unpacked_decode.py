@@ -157,8 +157,8 @@ def check(
         raise
 
     # ---- outputs (allocated contiguous; views only where the rank changes: each costs host time)
-    if out is None:
-        out = out4 = torch.empty(out_shape, dtype=torch.bfloat16, device=device)
+    if out is None:  # sizes as arguments: torch.empty parses a size tuple about 0.3 us slower
+        out = out4 = torch.empty(*out_shape, dtype=torch.bfloat16, device=device)
     if compact:
         out4 = out4.view(rows, q_len, heads, kv_lora_rank)
     if lse is None and return_lse:
