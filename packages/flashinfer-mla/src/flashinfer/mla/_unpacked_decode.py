@@ -157,7 +157,7 @@ def check(
         raise
 
     # ---- outputs (allocated contiguous; views only where the rank changes: each costs host time)
-    if out is None:  # sizes as arguments: torch.empty parses a size tuple about 0.3 us slower
+    if out is None:  # sizes as arguments (docs/internals.md, host time)
         out = out4 = torch.empty(*out_shape, dtype=torch.bfloat16, device=device)
     if compact:
         out4 = out4.view(rows, q_len, heads, kv_lora_rank)
