@@ -393,19 +393,27 @@ def cublas_fp8_bmm(A, B, A_scale, B_scale, out_dtype):
     """cuBLASLt's FP8 GEMM with fast accumulation (``torch._scaled_mm``, ``use_fast_accum=True``)
     per batch on the same operands, ``bmm_fp8``'s yardstick: per-tensor scales as given; a
     per-row or per-column scale makes both rowwise (a per-tensor one broadcast), the form
-    cuBLASLt's rowwise mode takes (bf16 output)."""
-    batch, m, _ = A.shape
+    cuBLASLt's rowwise mode takes (bf16 output). Zero-padded to multiples of 16 (cuBLASLt's FP8
+    leading dimensions; zeros add nothing, the padding's scales are 1)."""
+    batch, m, k = A.shape
     n = B.shape[-1]
+    pm, pn, pk = -(-m // 16) * 16, -(-n // 16) * 16, -(-k // 16) * 16
     rowwise = A_scale.numel() > 1 or B_scale.numel() > 1
     out = torch.empty(batch, m, n, dtype=out_dtype, device=A.device)
     for i in range(batch):
         if rowwise:
-            sa = A_scale.float().expand(batch, m, 1)[i].contiguous()
-            sb = B_scale.float().expand(batch, 1, n)[i].contiguous()
+            sa = torch.ones(pm, 1, device=A.device)
+            sa[:m] = A_scale.float().expand(batch, m, 1)[i]
+            sb = torch.ones(1, pn, device=A.device)
+            sb[:, :n] = B_scale.float().expand(batch, 1, n)[i]
         else:
             sa, sb = A_scale.float().reshape(()), B_scale.float().reshape(())
-        b = B[i].t().contiguous().t()  # column-major, as cuBLASLt takes it
-        out[i] = torch._scaled_mm(A[i], b, sa, sb, out_dtype=out_dtype, use_fast_accum=True)
+        a = torch.zeros(pm, pk, device=A.device).to(A.dtype)
+        a[:m, :k] = A[i]
+        b = torch.zeros(pn, pk, device=A.device).to(B.dtype)  # column-major, as cuBLASLt takes it
+        b[:n, :k] = B[i].t()
+        full = torch._scaled_mm(a, b.t(), sa, sb, out_dtype=out_dtype, use_fast_accum=True)
+        out[i] = full[:m, :n]
     return out
 
 
