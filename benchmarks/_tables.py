@@ -90,9 +90,9 @@ def packed_markdown(meta, rows) -> str:
         f"{meta['device']}, torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}; "
         f"measured D2D copy {meta['copy_bandwidth_gbps']:.0f} GB/s. Top-k {topk}, bf16 query, 656-byte rows.",
         "",
-        "| batch | heads | q_len | splits | time (us) | in a graph (us) | TFLOP/s | floor (us) | "
-        "FlashMLA in a graph (us) | FlashMLA / ours (graph) | max diff / max FlashMLA |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| batch | heads | q_len | cache | kernel | splits | time (us) | in a graph (us) | TFLOP/s | floor (us) | "
+        "rel. error | FlashMLA in a graph (us) | FlashMLA / ours (graph) | max diff / max FlashMLA |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         anchor = " | | "
@@ -102,8 +102,9 @@ def packed_markdown(meta, rows) -> str:
                 f"{r['flashmla_graph_us'] / r['graph_us']:.2f}x | {r['max_diff_vs_flashmla']:.1e}"
             )
         lines.append(
-            f"| {r['batch']} | {r['heads']} | {r['q_len']} | {r['splits']} | {r['ms'] * 1e3:.1f} | "
-            f"{r['graph_us']:.1f} | {r['tflops']:.0f} | {r['floor_ms'] * 1e3:.1f} | {anchor} |"
+            f"| {r['batch']} | {r['heads']} | {r['q_len']} | {r.get('layout', 'dense')} | {r.get('kernel', 'tl')} | "
+            f"{r['splits']} | {r['ms'] * 1e3:.1f} | {r['graph_us']:.1f} | {r['tflops']:.0f} | "
+            f"{r['floor_ms'] * 1e3:.1f} | {r['rel_err']:.1e} | {anchor} |"
         )
     return "\n".join(lines) + "\n"
 

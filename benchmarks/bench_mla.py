@@ -40,6 +40,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import os
@@ -135,6 +136,11 @@ TARGET_SHAPES = [("fp8", 128, 128, 1), ("fp8", 128, 64, 1), ("fp8", 1, 128, 1), 
                  ("fp8", 32, 128, 2), ("bf16", 128, 128, 1), ("bf16", 8, 16, 1)]  # fmt: skip
 
 
+# (batch, heads, q_len) of the packed decode's targets: FlashMLA's side by side (issue 30)
+PACKED_TARGET_SHAPES = [(1, 128, 1), (32, 128, 1), (128, 128, 1), (128, 64, 1), (64, 64, 1), (32, 128, 2),
+                        (128, 128, 2)]  # fmt: skip
+
+
 def decode_shapes(targets_only):
     if targets_only:
         return TARGET_SHAPES
@@ -219,13 +225,24 @@ def packed_case(batch, heads, q_len, topk=TOPK, seed=0):
     return case
 
 
-def run_packed(case, plan):
-    """One packed-cache decode through ``_cuda``, the pool of 656-byte rows as one-row pages."""
+def padded_pages(rows, page_size=64):
+    """FlashMLA's cache layout of the same rows: pages of ``page_size`` rows, ``page_size + 1``
+    rows apart (the padding row all-ones bytes: NaN codes and scales, never read)."""
+    pages = rows.shape[0] // page_size
+    storage = torch.full(((page_size + 1) * pages, PACKED_ROW), 0xFF, dtype=torch.uint8, device=rows.device)
+    paged = storage.as_strided((pages, page_size, PACKED_ROW), ((page_size + 1) * PACKED_ROW, PACKED_ROW, 1))
+    paged.copy_(rows[: pages * page_size].view(pages, page_size, PACKED_ROW))
+    return paged
+
+
+def run_packed(case, plan, cache):
+    """One packed-cache decode through ``_cuda`` on ``cache``: the pool of 656-byte rows as
+    one-row pages, or :func:`padded_pages` of it."""
     from flashinfer.mla._args import Decode
 
     c = case
     _cuda.packed_sparse_decode(
-        Decode(c["query"], c["rows"].unsqueeze(1), c["indices"], None, c["bmm1_scale"], 1.0, None, c["out"],
+        Decode(c["query"], cache, c["indices"], None, c["bmm1_scale"], 1.0, None, c["out"],
                c["lse"], plan, c["workspace"])
     )  # fmt: skip
 
@@ -270,44 +287,65 @@ def flashmla_decode(case):
     return call, padded
 
 
-def bench_packed(copy_bw, rows, targets_only, with_flashmla):
-    shapes = sorted({(batch, heads, q_len) for _, batch, heads, q_len in decode_shapes(targets_only)})
-    for batch, heads, q_len in shapes:
+def bench_packed(copy_bw, rows, args):
+    """Each shape on each cache layout of ``args.layouts`` (``dense``: one-row pages; ``padded``:
+    FlashMLA's pages of 64 rows, 65 apart) and kernel tier of ``args.tiers``
+    (``FLASHINFER_KERNEL_TIER``), FlashMLA (``args.flashmla``) once per shape."""
+    from flashinfer._core.kernel_tier import KERNEL_TIER_ENV
+
+    targets_only, with_flashmla = args.targets_only, args.flashmla
+    tiers, layouts = args.tiers.split(","), args.layouts.split(",")
+
+    shapes = sorted({(batch, heads, q_len) for _, batch, heads, q_len in decode_shapes(False)})
+    for batch, heads, q_len in PACKED_TARGET_SHAPES if targets_only else shapes:
         case = packed_case(batch, heads, q_len, seed=len(rows))
         plan = _cuda.decode_plan(batch, q_len, heads, TOPK, case["query"].device)
-        splits = plan.portable.num_splits  # the packed mode runs the portable kernel
-        run_packed(case, plan)
-        err = packed_error(case, case["out"])
-        ms = median_ms(lambda case=case, plan=plan: run_packed(case, plan))
-        graph_ms = graph_time_ms(lambda case=case, plan=plan: run_packed(case, plan))
         tokens = batch * q_len
         nbytes = tokens * (heads * DIM * 2 + TOPK * PACKED_ROW + heads * D_V * 2)
         flops = 2.0 * heads * TOPK * (DIM + D_V) * tokens
         floor_ms = max(nbytes / copy_bw, flops / (PEAK_TFLOPS["bf16"] * 1e12)) * 1e3
-        row = {
-            "op": "packed_decode", "batch": batch, "heads": heads, "q_len": q_len, "topk": TOPK,
-            "splits": splits, "ms": ms, "graph_us": graph_ms * 1e3, "tflops": flops / ms * 1e-9,
-            "gbps": nbytes / ms * 1e-6, "floor_ms": floor_ms, "rel_err": err,
-        }  # fmt: skip
-        line = (
-            f"packed B={batch:3d} H={heads:3d} q_len={q_len} splits={splits:2d} {ms * 1e3:8.1f} us "
-            f"(graph {graph_ms * 1e3:8.1f} us) {row['tflops']:6.1f} TFLOP/s floor {floor_ms * 1e3:6.1f} us err {err:.1e}"
-        )
+        anchor = {}
         if with_flashmla:
             call, padded = flashmla_decode(case)
             theirs = call()[0]
-            row["flashmla_heads"] = padded
-            row["flashmla_ms"] = median_ms(call)
-            row["flashmla_graph_us"] = graph_time_ms(call) * 1e3
-            row["flashmla_err"] = packed_error(case, theirs)
-            diff = (theirs[:, :, :heads].double() - case["out"].double()).abs().max()
-            row["max_diff_vs_flashmla"] = (diff / theirs[:, :, :heads].double().abs().max()).item()
-            line += (
-                f" | FlashMLA (H={padded}) {row['flashmla_ms'] * 1e3:8.1f} us (graph {row['flashmla_graph_us']:8.1f}) "
-                f"FlashMLA/ours {row['flashmla_graph_us'] / row['graph_us']:.2f}x diff {row['max_diff_vs_flashmla']:.1e}"
-            )
-        rows.append(row)
-        print(line, flush=True)
+            anchor = {"flashmla_heads": padded, "flashmla_ms": median_ms(call),
+                      "flashmla_graph_us": graph_time_ms(call) * 1e3, "flashmla_err": packed_error(case, theirs)}  # fmt: skip
+        for layout in layouts:
+            cache = case["rows"].unsqueeze(1) if layout == "dense" else padded_pages(case["rows"])
+            for tier in tiers:
+                os.environ[KERNEL_TIER_ENV] = tier
+                gluon = tier != "tl" and _cuda.use_gluon(
+                    case["query"].device, auto_ok=_cuda.PACKED_GLUON_AUTO
+                )
+                splits = (plan.gluon if gluon else plan.portable).num_splits
+                run = functools.partial(run_packed, case, plan, cache)
+                case["out"].fill_(math.nan)
+                run()
+                err = packed_error(case, case["out"])
+                ms = median_ms(run)
+                graph_ms = graph_time_ms(run)
+                row = {
+                    "op": "packed_decode", "batch": batch, "heads": heads, "q_len": q_len, "topk": TOPK,
+                    "tier": tier, "kernel": "gluon" if gluon else "tl", "layout": layout, "splits": splits,
+                    "ms": ms, "graph_us": graph_ms * 1e3, "tflops": flops / ms * 1e-9, "gbps": nbytes / ms * 1e-6,
+                    "floor_ms": floor_ms, "rel_err": err, **anchor,
+                }  # fmt: skip
+                line = (
+                    f"packed B={batch:3d} H={heads:3d} q_len={q_len} {layout:6s} {row['kernel']:5s} splits={splits:2d} "
+                    f"{ms * 1e3:8.1f} us (graph {graph_ms * 1e3:8.1f} us) {row['tflops']:6.1f} TFLOP/s "
+                    f"floor {floor_ms * 1e3:6.1f} us err {err:.1e}"
+                )
+                if anchor:
+                    diff = (theirs[:, :, :heads].double() - case["out"].double()).abs().max()
+                    row["max_diff_vs_flashmla"] = (diff / theirs[:, :, :heads].double().abs().max()).item()
+                    line += (
+                        f" | FlashMLA (H={padded}) graph {row['flashmla_graph_us']:8.1f} us "
+                        f"FlashMLA/ours {row['flashmla_graph_us'] / row['graph_us']:.2f}x diff {row['max_diff_vs_flashmla']:.1e}"
+                    )
+                rows.append(row)
+                print(line, flush=True)
+            del cache
+        os.environ.pop(KERNEL_TIER_ENV, None)
         del case
 
 
@@ -501,6 +539,12 @@ def main():
     parser.add_argument("--upstream", action="store_true", help="time upstream FlashInfer's RoPE instead")
     parser.add_argument("--packed", action="store_true", help="decode on the packed 656-byte cache only")
     parser.add_argument("--flashmla", action="store_true", help="with --packed: FlashMLA on the same bytes")
+    parser.add_argument(
+        "--tiers", default="auto", help="with --packed: kernel tiers, comma-separated (auto,gluon,tl)"
+    )
+    parser.add_argument(
+        "--layouts", default="dense", help="with --packed: cache layouts, comma-separated (dense,padded)"
+    )
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if not args.upstream:
@@ -524,7 +568,7 @@ def main():
         if args.upstream:
             bench_rope(copy_bw, rows, upstream=True)
         elif args.packed:
-            bench_packed(copy_bw, rows, args.targets_only, args.flashmla)
+            bench_packed(copy_bw, rows, args)
         elif args.tune:
             tune(copy_bw, rows)
         else:

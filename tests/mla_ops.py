@@ -703,7 +703,8 @@ OPS = [
         packed_samples,
         _all(packed_errors, packed_bad_inputs),
         decode_compare,
-        cuda_samples=packed_real_samples,  # one tier: the Gluon kernel has no packed mode
+        tiers=("gluon", "tl"),  # the Gluon kernel's packed mode (flashinfer/mla/_cuda.py)
+        cuda_samples=packed_real_samples,
         required=DECODE_TENSORS,  # seq_lens=None: every column active
         none_exc=ValueError,
     ),

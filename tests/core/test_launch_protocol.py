@@ -84,6 +84,18 @@ def _decode_qk_precision(launch: dict) -> dict:
     return launch
 
 
+def _gluon_decode_packed_mode(launch: dict) -> dict:
+    """The Gluon decode gained the packed 656-byte form (issue 30): ``P_PARTS`` became a tile
+    field (1 for FP8's fp16 P, 2 for BF16's hi + lo, as the kernel chose before), ``PACKED``,
+    ``LENGTH_MODE`` and ``SINK_IN_LSE`` are passed (False, ``Lengths.CAUSAL``, False for the
+    576-wide form). No packed call of the record runs it: ``auto`` keeps the portable kernel there."""
+    if launch["launcher"] != DECODE_LAUNCHERS[1]:
+        return launch
+    parts = 1 if launch["args"][0]["dtype"] == "torch.float8_e4m3fn" else 2
+    added = {"P_PARTS": parts, "PACKED": False, "LENGTH_MODE": 0, "SINK_IN_LSE": False}
+    return {**launch, "kwargs": {**launch["kwargs"], **added}}
+
+
 GEMM_KERNEL_FAMILIES = {"fp8_bmm": "bmm", "gluon_fp8_bmm": "bmm"} | dict.fromkeys(
     ("fp8_blockwise", "gluon_fp8_blockwise", "fp8_quantize"), "blockwise"
 )
@@ -107,6 +119,7 @@ CHANGES = [
     _decode_takes_slot_page,
     _decode_cache_by_pointer,
     _decode_qk_precision,
+    _gluon_decode_packed_mode,
     _gemm_kernels_in_family_folders,
 ]
 # What is compared of both records (why, launch -> what is compared).

@@ -172,7 +172,7 @@ def packed_expected(query, keys, indices, lengths, bmm1, sinks):
     )
 
 
-def test_packed_bounds(seed):
+def test_packed_bounds(seed, tier):
     """Every invalid entry kind on the packed cache, small sizes: the case to run under
     compute-sanitizer."""
     cuda = cuda_module()
@@ -371,7 +371,7 @@ def test_graph_capture_rope_and_decode(seed, tier):
     )
 
 
-def test_packed_graph_capture(seed):
+def test_packed_graph_capture(seed, tier):
     """The packed cache captured with ``out``/``lse``/plan given allocates nothing (so no
     dequantized copy of the cache exists), and replays on new values."""
     cuda = cuda_module()

@@ -48,6 +48,8 @@ VARIANTS = [
     ("bf16", 0, False, False, 0),
     ("bf16", 32, True, True, 0),
     ("e4m3", 0, True, False, 64),
+    ("packed", 0, False, True, 0),
+    ("packed", 0, True, False, 64),
 ]
 
 
@@ -67,11 +69,11 @@ def _compile(variant):
     from flashinfer.mla.kernels import mla_decode_gluon as kernels
 
     dtype, page, split, extras, slot_page = variant
-    config = kernels.FP8_CONFIG if dtype == "e4m3" else kernels.BF16_CONFIG
+    config = {"e4m3": kernels.FP8_CONFIG, "bf16": kernels.BF16_CONFIG, "packed": kernels.PACKED_CONFIG}[dtype]
     kernel = kernels.mla_decode_gluon_kernel
     element = "*fp8e4nv" if dtype == "e4m3" else "*bf16"
     typed = {
-        "q_ptr": element, "kv_ptr": element, "list_ptr": "*i32", "seq_lens_ptr": "*i32",
+        "q_ptr": element, "kv_ptr": "*u8" if dtype == "packed" else element, "list_ptr": "*i32", "seq_lens_ptr": "*i32",
         "sinks_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32", "workspace_ptr": "*u8",
         "bmm1_scale": "*fp32" if extras else "fp32", "bmm2_scale": "*fp32" if extras else "fp32",
     }  # fmt: skip
@@ -79,7 +81,8 @@ def _compile(variant):
         "D_V": 512, "D_ROPE": 64, "PAGE_SIZE": page, "BLOCK_N": config.block_n, "STAGES": config.stages,
         "SPLIT": split, "HAS_SINKS": extras, "HAS_LSE": True, "SCALE1_ON_DEVICE": extras,
         "SCALE2_ON_DEVICE": extras, "SLOT_PAGE": slot_page,
-        "QK_CHAINS": kernels.QK_CHAINS_FP8 if dtype == "e4m3" else 1,
+        "QK_CHAINS": kernels.QK_CHAINS_FP8 if dtype == "e4m3" else 1, "P_PARTS": config.p_parts,
+        "PACKED": dtype == "packed", "LENGTH_MODE": 1 if dtype == "packed" else 0, "SINK_IN_LSE": dtype == "packed",
     }  # fmt: skip
     # what the launch specializes on: 16-byte aligned pointers and row strides (the launcher
     # takes the Gluon kernel only for such key rows; 576-wide rows give such strides)

@@ -31,6 +31,9 @@ __all__ = ["decode_plan", "dense_decode", "packed_sparse_decode", "rope_quantize
 GLUON_DECODE_DIMS = (512, 576)
 _SPARSE_OP = "trtllm_batch_decode_with_kv_cache_mla (sparse)"
 _DENSE_OP = "trtllm_batch_decode_with_kv_cache_mla (dense)"
+# whether ``auto`` takes the Gluon kernel for the packed form (kernel_tier: only once it was
+# measured against the portable kernel on a GPU)
+PACKED_GLUON_AUTO = False
 
 
 @functools.cache
@@ -148,10 +151,16 @@ def _decode(call, paged: bool) -> None:
 
 def packed_sparse_decode(call) -> None:
     """Sparse MLA decode over the packed 656-byte rows (:class:`~._args.Decode`, packed form),
-    read and dequantized inside the portable kernel (its ``PACKED`` mode; bf16 dots, so any GPU
-    Triton supports runs it). The Gluon tier has no packed mode yet."""
+    dequantized inside the kernel: the Gluon kernel's ``PACKED`` mode on Hopper (codes x scales
+    into a bf16 tile in shared memory, then its BF16 pipeline), else the portable kernel's (in
+    registers; bf16 dots, so any GPU Triton supports runs it). The packed checks guarantee the
+    16-byte alignment the Gluon copies need (656-byte rows, whole rows between pages)."""
     if call.plan is None:
         call = call._replace(plan=decode_plan(*call.query.shape[:3], call.table.shape[-1], call.query.device))
     _, portable, shared = _kernels()
-    lengths = portable.Lengths.ALL if call.seq_lens is None else portable.Lengths.PER_TOKEN
-    portable.mla_decode(call, shared.key_rows(call, False), call.plan.portable, packed=True, lengths=lengths)
+    rows = shared.key_rows(call, False)
+    lengths = shared.Lengths.ALL if call.seq_lens is None else shared.Lengths.PER_TOKEN
+    if use_gluon(call.query.device, auto_ok=PACKED_GLUON_AUTO) and call.plan.gluon is not None:
+        _gluon_kernels().mla_decode(call, rows, call.plan.gluon, packed=True, lengths=lengths)
+    else:
+        portable.mla_decode(call, rows, call.plan.portable, packed=True, lengths=lengths)

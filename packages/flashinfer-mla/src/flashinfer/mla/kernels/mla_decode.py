@@ -48,7 +48,6 @@ normalized fp32 partial output and its LSE to the workspace and the combine kern
 from __future__ import annotations
 
 import dataclasses
-import enum
 
 import triton
 import triton.language as tl
@@ -58,30 +57,18 @@ from ..._core.triton_launch import FastLaunch
 from ...utils import ceil_div
 from .mla_decode_shared import (
     KeyRows,
+    Lengths,
     SplitPlan,
     host_args,
     key_row_offsets,
     launch_combine,
+    list_length,
     mla_combine_kernel,
     split_count,
 )
 
 # globals read inside kernels must be constexpr
 LOG2E = tl.constexpr(constants.LOG2E)
-
-
-class Lengths(enum.IntEnum):
-    """What ``seq_lens`` means to the kernel (its ``LENGTH_MODE``): how many list entries token
-    ``t`` of request ``b`` considers (at most the list width)."""
-
-    CAUSAL = 0  # FlashInfer: the request's KV length, shifted for earlier tokens
-    PER_TOKEN = 1  # one length per query token, ``seq_lens[b * q_len + t]``
-    ALL = 2  # the whole list; ``seq_lens`` is never read
-
-
-# the kernel's names for them (a jitted function reads module globals only as constexprs)
-_CAUSAL = tl.constexpr(Lengths.CAUSAL.value)
-_PER_TOKEN = tl.constexpr(Lengths.PER_TOKEN.value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,13 +225,7 @@ def mla_decode_kernel(
     token = row % q_len
 
     # this token's list length, cut into num_splits chunks of whole BLOCK_N steps
-    if LENGTH_MODE == _CAUSAL:
-        n = tl.load(seq_lens_ptr + batch) - (q_len - 1 - token)
-    elif LENGTH_MODE == _PER_TOKEN:
-        n = tl.load(seq_lens_ptr + row)
-    else:  # Lengths.ALL
-        n = list_width
-    n = tl.maximum(tl.minimum(n, list_width), 0)
+    n = list_length(seq_lens_ptr, batch, row, token, q_len, list_width, LENGTH_MODE)
     chunk = tl.cdiv(tl.cdiv(n, num_splits), BLOCK_N) * BLOCK_N
     start = split * chunk
     end = tl.minimum(start + chunk, n)

@@ -37,6 +37,20 @@ edge makes ptxas serialize all wgmma of the kernel (its warning C7512).
 
 Per-token limits, sinks, base-2 LSE, float or on-device scales, strided outputs and the split
 partials are as in :mod:`.mla_decode`.
+
+Packed mode
+-----------
+``PACKED`` reads the 656-byte rows of ``flashinfer.mla._packed_cache`` (a bf16 query; FlashMLA's
+sparse FP8 cache) with ``LENGTH_MODE`` and ``SINK_IN_LSE`` as in :mod:`.mla_decode`. Only the
+gather differs: it copies each row's 512 codes, 4 scales and 64 RoPE values with ``cp.async``
+into a raw ring ``RAW_LAG + 1`` blocks deep (one commit group a block), and ``RAW_LAG`` blocks
+later converts a landed block into the bf16 stage, ``bf16(code x scale)`` (FlashMLA's K and V),
+RoPE values and bias copied beside it. The score and output warpgroups then run the BF16
+pipeline, with ``P`` as one bf16 tile (FlashMLA's rounding). Shared memory of 227 KB decides the
+tile: the bf16 query 72 KB; two bf16 stages of 32 keys 72 KB; the raw ring, three blocks of
+32 x 656 bytes, 61.5 KB; ``P`` 8 KB; about 4 KB of vectors, barriers and the unused fp16 tile:
+215 KB. A third bf16 stage (36 KB) or 64-key stages (72 KB more) do not fit; two raw blocks in
+flight (42 KB) cover the copies' latency at one program a multiprocessor.
 """
 
 from __future__ import annotations
@@ -58,10 +72,12 @@ from ..._core.triton_launch import FastLaunch
 from ...utils import ceil_div
 from .mla_decode_shared import (
     KeyRows,
+    Lengths,
     SplitPlan,
     host_args,
     key_row_offsets,
     launch_combine,
+    list_length,
     mla_combine_kernel,
     split_count,
 )
@@ -82,17 +98,24 @@ class GluonDecodeConfig:
         Keys a stage holds.
     stages : int
         Depth of the gather ring.
+    p_parts : int
+        16-bit tiles ``P`` is handed over in: 1, or 2 (bf16 ``hi + lo``, 16 bits of ``P``).
     """
 
     block_n: int
     stages: int
+    p_parts: int
 
 
 # Shared memory (of 227 KB): FP8 holds the query (36 KB), two 36 KB stages, the two fp16 halves
 # of V (64 KB) and two P tiles (16 KB); BF16 holds a 72 KB query, three 36 KB stages of 32 keys
-# and two P tiles of two parts (16 KB).
-FP8_CONFIG = GluonDecodeConfig(block_n=64, stages=2)
-BF16_CONFIG = GluonDecodeConfig(block_n=32, stages=3)
+# and two P tiles of two parts (16 KB). The packed form's budget is in the kernel's docstring.
+FP8_CONFIG = GluonDecodeConfig(block_n=64, stages=2, p_parts=1)
+BF16_CONFIG = GluonDecodeConfig(block_n=32, stages=3, p_parts=2)
+PACKED_CONFIG = GluonDecodeConfig(block_n=32, stages=2, p_parts=1)
+# the packed gather copies a block's raw bytes this many blocks before it dequantizes them (a
+# ring of RAW_LAG + 1 raw blocks): the copies of two blocks are in flight while one is converted
+RAW_LAG = gl.constexpr(2)
 GATHER_WARPS = gl.constexpr(4)
 # FP8 Q K^T as four wgmma chains summed in float32: Hopper keeps an FP8 chain's running sum at
 # reduced precision, and one 576-column chain missed the op table's LSE rule
@@ -119,10 +142,31 @@ V_CONVERT_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]
 @gluon.jit
 def _gather_partition(
     kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
+    lat_ring, rope_ring, bias_ring, raw_codes, raw_scales, raw_rope, raw_bias, ready, empty,
+    D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, SLOT_PAGE: gl.constexpr, PACKED: gl.constexpr,
+):  # fmt: skip
+    if PACKED:
+        _gather_packed(
+            kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
+            lat_ring, rope_ring, bias_ring, raw_codes, raw_scales, raw_rope, raw_bias, ready, empty,
+            D_V, D_ROPE, BLOCK_N, STAGES, SLOT_PAGE,
+        )  # fmt: skip
+    else:
+        _gather_rows(
+            kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
+            lat_ring, rope_ring, bias_ring, ready, empty, D_V, D_ROPE, PAGE_SIZE, BLOCK_N, STAGES, SLOT_PAGE,
+        )  # fmt: skip
+
+
+@gluon.jit
+def _gather_rows(
+    kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
     lat_ring, rope_ring, bias_ring, ready, empty,
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SLOT_PAGE: gl.constexpr,
 ):  # fmt: skip
+    # the plain cache: rows copied with cp.async straight into the stage wgmma reads
     # 16-byte copies of the latent part; the rope part in eighths (8 bytes a lane for FP8), so
     # that a lane's rows are the same in both layouts
     lat_layout: gl.constexpr = gather_layout(D_V, 128 // kv_ptr.dtype.element_ty.primitive_bitwidth)
@@ -163,6 +207,95 @@ def _gather_partition(
         mbarrier.arrive(ready.index(stage), count=1)
         offs = next_offs
         valid = next_valid
+
+
+@gluon.jit
+def _gather_packed(
+    kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
+    lat_ring, rope_ring, bias_ring, raw_codes, raw_scales, raw_rope, raw_bias, ready, empty,
+    D_V: gl.constexpr, D_ROPE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+    SLOT_PAGE: gl.constexpr,
+):  # fmt: skip
+    # the packed cache: each 656-byte row's codes, scales and RoPE values are copied with
+    # cp.async into the raw ring (a commit group a block), and RAW_LAG blocks later dequantized
+    # into the bf16 stage wgmma reads
+    code_layout: gl.constexpr = gather_layout(D_V, 16)
+    scale_layout: gl.constexpr = gather_layout(4, 4)  # a row's four float32 scales: 16 bytes
+    rope_layout: gl.constexpr = gather_layout(D_ROPE, 8)
+    row_layout: gl.constexpr = gl.SliceLayout(1, code_layout)
+    code_cols = gl.arange(0, D_V, layout=gl.SliceLayout(0, code_layout))
+    scale_cols = gl.arange(0, 4, layout=gl.SliceLayout(0, scale_layout))
+    rope_cols = gl.arange(0, D_ROPE, layout=gl.SliceLayout(0, rope_layout))
+    rows = gl.arange(0, BLOCK_N, layout=row_layout)
+    RAW_STAGES: gl.constexpr = RAW_LAG + 1
+
+    num_blocks = gl.cdiv(end - start, BLOCK_N)
+    offs, valid = key_row_offsets(
+        list_row, start + rows, end, num_kv_rows, stride_kv_row, stride_kv_tok, 0, SLOT_PAGE
+    )
+    for block in range(num_blocks + RAW_LAG):
+        if block < num_blocks:
+            # raw slot `block % RAW_STAGES` was converted last iteration, before its barrier
+            raw = block % RAW_STAGES
+            next_offs, next_valid = key_row_offsets(
+                list_row, start + (block + 1) * BLOCK_N + rows, end, num_kv_rows, stride_kv_row,
+                stride_kv_tok, 0, SLOT_PAGE,
+            )  # fmt: skip
+            row_ptr = kv_ptr + offs
+            async_copy.async_copy_global_to_shared(
+                raw_codes.index(raw), row_ptr[:, None] + code_cols[None, :], mask=valid[:, None]
+            )
+            scale_ptr = (gl.convert_layout(row_ptr, gl.SliceLayout(1, scale_layout)) + D_V).to(
+                gl.pointer_type(gl.float32)
+            )
+            scale_valid = gl.convert_layout(valid, gl.SliceLayout(1, scale_layout))
+            async_copy.async_copy_global_to_shared(
+                raw_scales.index(raw), scale_ptr[:, None] + scale_cols[None, :], mask=scale_valid[:, None]
+            )
+            rope_ptr = (gl.convert_layout(row_ptr, gl.SliceLayout(1, rope_layout)) + D_V + 16).to(
+                gl.pointer_type(gl.bfloat16)
+            )
+            rope_valid = gl.convert_layout(valid, gl.SliceLayout(1, rope_layout))
+            async_copy.async_copy_global_to_shared(
+                raw_rope.index(raw), rope_ptr[:, None] + rope_cols[None, :], mask=rope_valid[:, None]
+            )
+            raw_bias.index(raw).store(gl.where(valid, 0.0, float("-inf")))
+            offs = next_offs
+            valid = next_valid
+        # one group a block, empty past the last, so that RAW_LAG groups pending means the
+        # block RAW_LAG back has landed
+        async_copy.commit_group()
+        if block >= RAW_LAG:
+            ready_block = block - RAW_LAG
+            async_copy.wait_group(RAW_LAG)
+            gl.thread_barrier()  # every thread's copies of that block
+            stage = ready_block % STAGES
+            mbarrier.wait(empty.index(stage), ((ready_block // STAGES) & 1) ^ 1)
+            _dequantize(
+                raw_codes.index(ready_block % RAW_STAGES), raw_scales.index(ready_block % RAW_STAGES),
+                raw_rope.index(ready_block % RAW_STAGES), raw_bias.index(ready_block % RAW_STAGES),
+                lat_ring.index(stage), rope_ring.index(stage), bias_ring.index(stage), BLOCK_N,
+            )  # fmt: skip
+            # the stores reach wgmma (async proxy) once every thread has fenced them; the arrive
+            # synchronizes the partition first (one thread arrives), which also frees the raw slot
+            fence_async_shared()
+            mbarrier.arrive(ready.index(stage), count=1)
+
+
+@gluon.jit
+def _dequantize(codes, scales, rope_raw, bias_raw, lat, rope, bias, BLOCK_N: gl.constexpr):
+    # one raw block into a bf16 stage: latent value = bf16(e4m3 code x its 128-value block's scale)
+    # (FlashMLA's K and V), 16 rows x 128 codes at a time; RoPE values and the bias row copied
+    for r in gl.static_range(BLOCK_N // 16):
+        row_codes = codes.slice(r * 16, 16, dim=0)
+        row_scales = scales.slice(r * 16, 16, dim=0)
+        for c in gl.static_range(codes.shape[1] // 128):
+            code = row_codes.slice(c * 128, 128, dim=1).load(V_CONVERT_LAYOUT)
+            scale = row_scales.slice(c, 1, dim=1).load(V_CONVERT_LAYOUT)
+            value = code.to(gl.float8e4nv, bitcast=True).to(gl.float32) * scale
+            lat.slice(r * 16, 16, dim=0).slice(c * 128, 128, dim=1).store(value.to(gl.bfloat16))
+    rope.store(rope_raw.load(gather_layout(rope.shape[1], 8)))
+    bias.store(bias_raw.load(gl.BlockedLayout([1], [32], [GATHER_WARPS.value], [0])))
 
 
 @gluon.jit
@@ -236,7 +369,7 @@ def _score_partition(
     start, end, scale_log2, sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh,
     part_ptr, part_lse_ptr, head0, num_heads,
     D_V: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
-    HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr, QK_CHAINS: gl.constexpr,
+    HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr, QK_CHAINS: gl.constexpr, SINK_IN_LSE: gl.constexpr,
 ):  # fmt: skip
     FP8: gl.constexpr = q_lat.dtype.primitive_bitwidth == 8
     P_PARTS: gl.constexpr = p_ring.shape[0] // 2  # the kernel's choice: parts of P per buffer
@@ -322,7 +455,14 @@ def _score_partition(
     if SPLIT:
         gl.store(part_lse_ptr + heads, gl.where(seen, lse, float("-inf")), mask=head_ok)
     elif HAS_LSE:
-        gl.store(lse_row + heads * stride_lh, gl.where(seen, lse, float("inf")), mask=head_ok)
+        if SINK_IN_LSE:  # the packed form: the sinks' mass included, -inf where there is none
+            some = denom > 0.0
+            lse = gl.where(
+                some, gl.where(seen, m_i, 0.0) + gl.log2(gl.where(some, denom, 1.0)), float("-inf")
+            )
+        else:
+            lse = gl.where(seen, lse, float("inf"))
+        gl.store(lse_row + heads * stride_lh, lse, mask=head_ok)
 
 
 @gluon.jit
@@ -399,7 +539,8 @@ def mla_decode_gluon_kernel(
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SPLIT: gl.constexpr, HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr,
     SCALE1_ON_DEVICE: gl.constexpr, SCALE2_ON_DEVICE: gl.constexpr, QK_CHAINS: gl.constexpr,
-    SLOT_PAGE: gl.constexpr = 0,
+    P_PARTS: gl.constexpr, SLOT_PAGE: gl.constexpr = 0, PACKED: gl.constexpr = False,
+    LENGTH_MODE: gl.constexpr = 0, SINK_IN_LSE: gl.constexpr = False,
 ):  # fmt: skip
     # program -> (head block, split, query token), as in mla_decode_kernel
     pid = gl.program_id(0)
@@ -411,8 +552,7 @@ def mla_decode_gluon_kernel(
     token = row % q_len
     head0 = head_block * BLOCK_H
 
-    n = gl.load(seq_lens_ptr + batch) - (q_len - 1 - token)
-    n = gl.maximum(gl.minimum(n, list_width), 0)
+    n = list_length(seq_lens_ptr, batch, row, token, q_len, list_width, LENGTH_MODE)
     chunk = gl.cdiv(gl.cdiv(n, num_splits), BLOCK_N) * BLOCK_N
     start = split * chunk
     end = gl.minimum(start + chunk, n)
@@ -463,12 +603,12 @@ def mla_decode_gluon_kernel(
     bias_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_N], vec_smem)
     # each warpgroup's fp16 copy of its half of V (FP8 only: BF16 rows feed P V from the ring)
     v16_rows: gl.constexpr = BLOCK_N if FP8 else 8
-    v16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([v16_rows, D_V // 2], gl.float16)
-    v16 = gl.allocate_shared_memory(gl.float16, [2, v16_rows, D_V // 2], v16_layout)
-    p_parts: gl.constexpr = 1 if FP8 else 2  # P, or its bf16 hi and lo parts (two buffers each)
-    p_ring = gl.allocate_shared_memory(
+    v16_cols: gl.constexpr = D_V // 2 if FP8 else 64
+    v16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([v16_rows, v16_cols], gl.float16)
+    v16 = gl.allocate_shared_memory(gl.float16, [2, v16_rows, v16_cols], v16_layout)
+    p_ring = gl.allocate_shared_memory(  # two buffers of P's parts
         p_dtype,
-        [2 * p_parts, BLOCK_H, BLOCK_N],
+        [2 * P_PARTS, BLOCK_H, BLOCK_N],
         gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], p_dtype),
     )
     alpha_ring = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], vec_smem)
@@ -478,8 +618,23 @@ def mla_decode_gluon_kernel(
     p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     p_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    if PACKED:
+        # the raw ring of the packed rows (row-major, unswizzled: 8 lanes of a copy or a load
+        # cover 128 contiguous bytes of one row)
+        raw_smem: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0])
+        raw_codes = gl.allocate_shared_memory(gl.uint8, [RAW_LAG + 1, BLOCK_N, D_V], raw_smem)
+        raw_scales = gl.allocate_shared_memory(gl.float32, [RAW_LAG + 1, BLOCK_N, 4], raw_smem)
+        raw_rope = gl.allocate_shared_memory(gl.bfloat16, [RAW_LAG + 1, BLOCK_N, D_ROPE], raw_smem)
+        raw_bias = gl.allocate_shared_memory(gl.float32, [RAW_LAG + 1, BLOCK_N], vec_smem)
+        ready_count: gl.constexpr = 1  # the gather's one arrival after its stores
+    else:  # the bf16 rings stand in (never read)
+        raw_codes = lat_ring
+        raw_scales = lat_ring
+        raw_rope = rope_ring
+        raw_bias = bias_ring
+        ready_count: gl.constexpr = 32 * GATHER_WARPS + 1  # copies, then the bias row
     for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=32 * GATHER_WARPS + 1)  # copies, then the bias row
+        mbarrier.init(ready.index(i), count=ready_count)
         mbarrier.init(empty.index(i), count=2)  # both attention warpgroups
     for i in gl.static_range(2):
         mbarrier.init(p_ready.index(i), count=1)
@@ -490,8 +645,9 @@ def mla_decode_gluon_kernel(
     # Registers (65536 a multiprocessor: 168 a thread at launch for 12 warps): the gather takes
     # 40, or 56 for page lookups; the output warpgroup 216, or 200 beside the page lookups; the
     # score warpgroup what is left (it holds half of O and two S tiles: no spills at 248).
-    GATHER_REGS: gl.constexpr = 56 if PAGE_SIZE > 0 else 40
-    OUTPUT_REGS: gl.constexpr = 200 if PAGE_SIZE > 0 else 216
+    # The packed gather converts on the CUDA cores: 88 for it, 184 for the output warpgroup.
+    GATHER_REGS: gl.constexpr = 88 if PACKED else (56 if PAGE_SIZE > 0 else 40)
+    OUTPUT_REGS: gl.constexpr = 184 if PACKED else (200 if PAGE_SIZE > 0 else 216)
     gl.warp_specialize(
         [
             (
@@ -500,7 +656,7 @@ def mla_decode_gluon_kernel(
                  p_ready, p_free, o_scale_smem, done,
                  start, end, scale_log2, sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh,
                  part_ptr, part_lse_ptr, head0, num_heads,
-                 D_V, BLOCK_N, STAGES, SPLIT, HAS_SINKS, HAS_LSE, QK_CHAINS),
+                 D_V, BLOCK_N, STAGES, SPLIT, HAS_SINKS, HAS_LSE, QK_CHAINS, SINK_IN_LSE),
             ),
             (
                 _output_partition,
@@ -511,8 +667,8 @@ def mla_decode_gluon_kernel(
             (
                 _gather_partition,
                 (kv_ptr, list_row, start, end, num_kv_rows, stride_kv_row, stride_kv_tok,
-                 lat_ring, rope_ring, bias_ring, ready, empty,
-                 D_V, D_ROPE, PAGE_SIZE, BLOCK_N, STAGES, SLOT_PAGE),
+                 lat_ring, rope_ring, bias_ring, raw_codes, raw_scales, raw_rope, raw_bias, ready, empty,
+                 D_V, D_ROPE, PAGE_SIZE, BLOCK_N, STAGES, SLOT_PAGE, PACKED),
             ),
         ],
         [4, GATHER_WARPS],
@@ -531,18 +687,22 @@ _DECODE = FastLaunch(mla_decode_gluon_kernel)
 _COMBINE = FastLaunch(mla_combine_kernel)
 
 
-def mla_decode(call, rows: KeyRows, plan=None) -> None:
+def mla_decode(
+    call, rows: KeyRows, plan=None, *, packed: bool = False, lengths: Lengths = Lengths.CAUSAL
+) -> None:
     """Launch the Gluon decode kernel (and the combine when split) on a validated call.
 
     Same arguments as the portable kernel's ``mla_decode``; ``plan`` (or ``call.plan``) from
     :func:`plan_decode_gluon`. Needs a Hopper GPU, ``D_V = 512`` and ``D_ROPE = 64``, e4m3 or
-    bf16 operands, and key rows (the cache's pointer and ``rows``' strides) 16-byte aligned.
+    bf16 operands (or, ``packed``, a bf16 query over 656-byte rows), and key rows (the cache's
+    pointer and ``rows``' strides) 16-byte aligned.
     """
     query, key_list, out = call.query, call.table, call.out
     plan = call.plan if plan is None else plan
     batch, q_len, heads, dim = query.shape
     d_v = out.shape[-1]
-    config = FP8_CONFIG if query.element_size() == 1 else BF16_CONFIG
+    fp8 = query.element_size() == 1
+    config = PACKED_CONFIG if packed else FP8_CONFIG if fp8 else BF16_CONFIG
     host = host_args(call, plan.num_splits)
     num_splits = host.num_splits
     _DECODE.launch(
@@ -556,8 +716,9 @@ def mla_decode(call, rows: KeyRows, plan=None) -> None:
         D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=rows.page_size, BLOCK_N=config.block_n, STAGES=config.stages,
         SPLIT=num_splits > 1, HAS_SINKS=call.sinks is not None, HAS_LSE=call.lse is not None,
         SCALE1_ON_DEVICE=host.scale1_on_device, SCALE2_ON_DEVICE=host.scale2_on_device,
-        SLOT_PAGE=rows.slot_page, QK_CHAINS=QK_CHAINS_FP8 if query.element_size() == 1 else 1, num_warps=4, maxnreg=168,
+        QK_CHAINS=QK_CHAINS_FP8 if fp8 else 1, P_PARTS=config.p_parts, SLOT_PAGE=rows.slot_page,
+        PACKED=packed, LENGTH_MODE=lengths.value, SINK_IN_LSE=packed, num_warps=4, maxnreg=168,
     )  # fmt: skip
     if num_splits > 1:
-        # the 576-wide form's LSE leaves the sinks out
-        launch_combine(_COMBINE, call, host, sink_in_lse=False)
+        # the 576-wide form's LSE leaves the sinks out, the packed form's takes them in
+        launch_combine(_COMBINE, call, host, sink_in_lse=packed)

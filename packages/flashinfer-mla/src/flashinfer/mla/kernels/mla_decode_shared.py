@@ -17,6 +17,7 @@ caller's workspace holds.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import NamedTuple
 
 import torch
@@ -94,6 +95,32 @@ def key_rows(call, paged: bool) -> KeyRows:
     if pages <= 1 or page_stride == page_size * row_stride:
         return KeyRows(0, pages * page_size, row_stride, 0, table.shape[-1])
     return KeyRows(0, pages * page_size, page_stride, row_stride, table.shape[-1], page_size)
+
+
+class Lengths(enum.IntEnum):
+    """What ``seq_lens`` means to a decode kernel (its ``LENGTH_MODE``): how many list entries
+    token ``t`` of request ``b`` considers (at most the list width)."""
+
+    CAUSAL = 0  # FlashInfer: the request's KV length, shifted for earlier tokens
+    PER_TOKEN = 1  # one length per query token, ``seq_lens[b * q_len + t]`` (the packed form)
+    ALL = 2  # the whole list; ``seq_lens`` is never read
+
+
+# the kernels' names for them (a jitted function reads module globals only as constexprs)
+_CAUSAL = tl.constexpr(Lengths.CAUSAL.value)
+_PER_TOKEN = tl.constexpr(Lengths.PER_TOKEN.value)
+
+
+@triton.jit
+def list_length(seq_lens_ptr, batch, row, token, q_len, list_width, LENGTH_MODE: tl.constexpr):
+    # the list entries query row `row` (= batch * q_len + token) attends, by :class:`Lengths`
+    if LENGTH_MODE == _CAUSAL:
+        n = tl.load(seq_lens_ptr + batch) - (q_len - 1 - token)
+    elif LENGTH_MODE == _PER_TOKEN:
+        n = tl.load(seq_lens_ptr + row)
+    else:
+        n = list_width
+    return tl.maximum(tl.minimum(n, list_width), 0)
 
 
 @triton.jit
