@@ -54,13 +54,18 @@ FILES = {
     "decode_accuracy": "decode_accuracy_h200.json",
     "host": "host_overhead_cpu.json",
     "launch": "launch_overhead_gluon_h200.json",
-    "gpu_suite": "gpu_suite_h200.json",
+    "gpu_suite": "gpu_suite_h100.json",
+    "packed_decode": "packed_mla_h100.json",  # bench_mla.py --packed --tiers gluon,tl --layouts dense,padded
 }
 # FlashMLA's sparse FP8 decode as quoted where the decode targets were set (a separate run, not
 # in results/; RESULTS.md's footnote says so): (dtype, batch, heads, q_len) -> us in a graph
 FLASHMLA_US = {("fp8", 128, 128, 1): 188.2, ("fp8", 128, 64, 1): 120.7, ("fp8", 32, 128, 2): 94.2,
                ("fp8", 1, 128, 1): 17.3}  # fmt: skip
 FLASHMLA_EAGER_US = 21.4  # the same, one eager call at B=1, H=128
+# FlashMLA on the packed 656-byte bytes as issue 30 quotes it (an H200, a separate run): (batch,
+# heads, q_len) -> us in a graph
+FLASHMLA_PACKED_US = {(1, 128, 1): 17.0, (32, 128, 1): 62.7, (128, 128, 1): 186.0, (128, 64, 1): 119.7,
+                      (64, 64, 1): 77.9, (32, 128, 2): 93.0, (128, 128, 2): 361.5}  # fmt: skip
 DECODE_TARGETS_US = {
     (128, 128, 1): 150,
     (128, 64, 1): 100,
@@ -537,6 +542,36 @@ def decode_tiers_table() -> str:
     return "\n".join(lines) + "\n\n" + data_line("decode_tiers")
 
 
+def packed_decode() -> str:
+    """The packed 656-byte decode: both tiers on both cache layouts, CUDA-graph times of one run,
+    and FlashMLA's times as quoted (another GPU, another run)."""
+    run = load("packed_decode")
+    by = {(r["batch"], r["heads"], r["q_len"], r["layout"], r["kernel"]): r for r in run["rows"]}
+    meta = run["meta"]
+    lines = [
+        prose(
+            f"{meta['device']}, torch {meta['torch']}, Triton {meta['triton']}, {meta['date'][:10]}; top-k "
+            "2048, bf16 query, 656-byte rows, every column active. `dense`: the pool as one-row pages; "
+            "`padded`: FlashMLA's pages of 64 rows, 65 rows apart. FlashMLA's column is issue 30's "
+            "figure from an H200 in another run, not this one: a pointer, not a ratio."
+        ),
+        "",
+        "| batch | heads | q_len | cache | Gluon in a graph (us) | tl in a graph (us) | Gluon vs tl | Gluon error "
+        "| FlashMLA, H200, quoted (us) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (batch, heads, q_len, layout, kernel), g in by.items():
+        if kernel != "gluon":
+            continue
+        tl = by[(batch, heads, q_len, layout, "tl")]
+        lines.append(
+            f"| {batch} | {heads} | {q_len} | {layout} | {g['graph_us']:.1f} | {tl['graph_us']:.1f} "
+            f"| {tl['graph_us'] / g['graph_us']:.2f}x | {g['rel_err']:.1e} "
+            f"| {FLASHMLA_PACKED_US.get((batch, heads, q_len), float('nan')):.1f} |"
+        )
+    return "\n".join(lines) + "\n\n" + data_line("packed_decode")
+
+
 def decode_grid() -> str:
     """The tl tier's full decode grid (``bench_mla.py``'s table), and how the target shapes re-ran."""
     grid = {(r["dtype"], r["batch"], r["heads"], r["q_len"]): r for r in load("decode_grid")["rows"]
@@ -761,6 +796,7 @@ BLOCKS = {
     "rope": rope,
     "decode_tiers": decode_tiers_table,
     "decode_grid": decode_grid,
+    "packed_decode": packed_decode,
     "decode_accuracy": decode_accuracy,
     "host_overhead": host_overhead,
     "launch_overhead": launch_overhead,

@@ -8,8 +8,10 @@ multiprocessors), L40 and A100. ``launch_protocol_main.jsonl`` is that record ta
 09113a1, whose Gluon MLA decode and Gluon GEMM kernels ran on an H200, re-recorded for the 26
 block-scaled GEMM calls whose launches the GEMM issue changed on purpose (the Gluon kernel's
 ``HALVES`` and 128 x 256 tile, the grouped GEMMs on the Gluon tier under ``auto``), with the
-kernels of that commit run on an H200 (``benchmarks/notes_gluon_gemm.md``); every other launch is
-the 09113a1 record's. Grid, every positional
+kernels of that commit run on an H200 (``benchmarks/notes_gluon_gemm.md``), and for the 4 packed
+656-byte calls of the stubbed H200's ``auto`` tier, which the Gluon kernel's packed mode took over
+(its launches recorded at the commit whose kernels passed the packed GPU tests and memcheck on an
+H100, ``benchmarks/results/packed_mla_h100.json``); every other launch is the 09113a1 record's. Grid, every positional
 argument (tensors by which caller tensor they are, byte offset, shape, strides and dtype; TMA
 descriptors by every field) and every keyword argument must be equal, but for the deliberate
 changes listed in :data:`CHANGES` (each says why).
@@ -88,9 +90,9 @@ def _gluon_decode_packed_mode(launch: dict) -> dict:
     """The Gluon decode gained the packed 656-byte form (issue 30): ``P_PARTS`` became a tile
     field (1 for FP8's fp16 P, 2 for BF16's hi + lo, as the kernel chose before), ``PACKED``,
     ``LENGTH_MODE`` and ``SINK_IN_LSE`` are passed (False, ``Lengths.CAUSAL``, False for the
-    576-wide form). No packed call of the record runs it: ``auto`` keeps the portable kernel there."""
-    if launch["launcher"] != DECODE_LAUNCHERS[1]:
-        return launch
+    576-wide form)."""
+    if launch["launcher"] != DECODE_LAUNCHERS[1] or "PACKED" in launch["kwargs"]:
+        return launch  # not the Gluon decode, or recorded with the packed mode (re-recorded cases)
     parts = 1 if launch["args"][0]["dtype"] == "torch.float8_e4m3fn" else 2
     added = {"P_PARTS": parts, "PACKED": False, "LENGTH_MODE": 0, "SINK_IN_LSE": False}
     return {**launch, "kwargs": {**launch["kwargs"], **added}}

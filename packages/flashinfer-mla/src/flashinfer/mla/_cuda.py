@@ -31,9 +31,9 @@ __all__ = ["decode_plan", "dense_decode", "packed_sparse_decode", "rope_quantize
 GLUON_DECODE_DIMS = (512, 576)
 _SPARSE_OP = "trtllm_batch_decode_with_kv_cache_mla (sparse)"
 _DENSE_OP = "trtllm_batch_decode_with_kv_cache_mla (dense)"
-# whether ``auto`` takes the Gluon kernel for the packed form (kernel_tier: only once it was
-# measured against the portable kernel on a GPU)
-PACKED_GLUON_AUTO = False
+# whether ``auto`` takes the Gluon kernel for the packed form: 1.5-2.4x the portable kernel's
+# speed at issue 30's seven shapes (benchmarks/results/packed_mla_h100.json)
+PACKED_GLUON_AUTO = True
 
 
 @functools.cache
