@@ -31,8 +31,8 @@ __all__ = ["decode_plan", "dense_decode", "packed_sparse_decode", "rope_quantize
 GLUON_DECODE_DIMS = (512, 576)
 _SPARSE_OP = "trtllm_batch_decode_with_kv_cache_mla (sparse)"
 _DENSE_OP = "trtllm_batch_decode_with_kv_cache_mla (dense)"
-# whether ``auto`` takes the Gluon kernel for the packed form: 1.5-2.4x the portable kernel's
-# speed at issue 30's seven shapes (benchmarks/results/packed_mla_h100.json)
+# whether ``auto`` takes the Gluon kernel for the packed form: measured faster than the portable
+# kernel at every shape of RESULTS.md's packed table
 PACKED_GLUON_AUTO = True
 
 
