@@ -265,9 +265,10 @@ def bmm_bf16_errors():
         _error("A fp32", (A.float(), B), {}, ValueError, "`A`.*first tensor"),
         _error("B other dtype", (A, B.half()), {}, ValueError, "`B`.*second tensor"),
         _error("A not a tensor", ([1.0], B), {}, TypeError, "`A`"),
-        _error("A 2-D", (A[0], B), {}, ValueError, "`A`.*3-D"),
-        _error("k mismatch", (A, B[:, :32]), {}, ValueError, "`B`.*k"),
-        _error("batch mismatch", (A, B[:1]), {}, ValueError, "`B`.*batch"),
+        # upstream leaves ranks and batch/k to its C++ layer: RuntimeError (and ValueError, below)
+        _error("A 2-D", (A[0], B), {}, RuntimeError, "`A`.*3-D"),
+        _error("k mismatch", (A, B[:, :32]), {}, RuntimeError, "`B`.*k"),
+        _error("batch mismatch", (A, B[:1]), {}, RuntimeError, "`B`.*batch"),
         _error("B on another device", (A, B.to("meta")), {}, ValueError, "`B`.*device"),
         _error(
             "out_dtype int8",
@@ -310,8 +311,10 @@ def bmm_fp8_errors():
         _error("B_scale shape", _replace(base, 3, pow2(2, 5, 2)), {}, ValueError, "`B_scale`.*shape"),
         _error("A_scale not a tensor", _replace(base, 2, 1.0), {}, TypeError, "`A_scale`"),
         _error("scale device", _replace(base, 3, s.to("meta")), {}, ValueError, "`B_scale`.*device"),
-        _error("k mismatch", _replace(base, 1, B[:, :32]), {}, ValueError, "`B`"),
-        _error("out shape", base, {"out": torch.empty(2, 5, 3, dtype=BF16)}, ValueError, "`out`.*shape"),
+        # cuBLAS's C++ checks upstream (flashinfer-api.md 5.2): RuntimeError (and ValueError, below)
+        _error("A 2-D", _replace(base, 0, A[0]), {}, RuntimeError, "`A`.*3-D"),
+        _error("k mismatch", _replace(base, 1, B[:, :32]), {}, RuntimeError, "`B`.*ncompatible matrix sizes"),
+        _error("out shape", base, {"out": torch.empty(2, 5, 3, dtype=BF16)}, RuntimeError, "`out`.*shape"),
         _error("out dtype", base, {"out": torch.empty(2, 3, 5, dtype=FP16)}, ValueError, "`out`.*dtype"),
         _error("unknown backend", base, {"backend": "tgv"}, ValueError, "`backend`.*cublas"),
     ]
@@ -378,9 +381,13 @@ def groupwise_errors():
             "granularity",
             base,
             {"scale_granularity_mnk": (1, 64, 128)},
-            ValueError,
-            "`scale_granularity_mnk`",
+            RuntimeError,
+            "`scale_granularity_mnk`.*nsupported scale granularity",
         ),
+        _error(
+            "granularity None", base, {"scale_granularity_mnk": None}, TypeError, "`scale_granularity_mnk`"
+        ),
+        _error("cutlass mma_sm 3", base, {"mma_sm": 3}, RuntimeError, "`mma_sm`.*Unsupported MMA SM"),
         _error(
             "mubin without output_scale", base, {"backend": "mubin"}, BackendSupportedError, "output_scale"
         ),

@@ -103,6 +103,57 @@ def test_unknown_backend_is_not_supported(op_name):
     assert fn.has_backend_choices()
 
 
+def test_suitable_auto_backends_follow_each_auto_call():
+    """FlashInfer's hook (flashinfer-api.md 3.1-3.2, 4.4, 5.4): after a ``backend="auto"`` call the
+    list holds the names whose rules the call meets, in upstream's heuristic order; with
+    ``skip_check=True`` too; a named backend leaves it alone."""
+    A, B, s = fp8(1, 2, 32), fp8(1, 4, 32).transpose(1, 2), pow2(1)
+    G.bmm_fp8(A, B, s, s, BF16, backend="auto")
+    assert G.bmm_fp8.suitable_auto_backends == ["cutlass", "cublas", "cudnn", "mudnn"]
+    G.bmm_fp8(A.to(torch.float8_e5m2), B, s, s, BF16, skip_check=True)  # cutlass takes no e5m2
+    assert G.bmm_fp8.suitable_auto_backends == ["cublas", "cudnn", "mudnn"]
+    G.bmm_fp8(A, B, s, s, BF16, backend="cublas")
+    assert G.bmm_fp8.suitable_auto_backends == ["cublas", "cudnn", "mudnn"]
+
+    A16, B16 = torch.randn(1, 2, 32, dtype=BF16), torch.randn(1, 32, 4, dtype=BF16)
+    G.bmm_bf16(A16, B16, out_dtype=torch.float32)  # tgv: bf16 output only; cutile never
+    assert G.bmm_bf16.suitable_auto_backends == ["cudnn", "cutlass", "mudnn"]
+    G.bmm_bf16(A16, B16)
+    assert G.bmm_bf16.suitable_auto_backends == ["cudnn", "cutlass", "tgv", "mudnn"]
+
+    a, b = fp8(2, 256), fp8(128, 256)
+    G.gemm_fp8_nt_groupwise(a, b, pow2(2, 2), pow2(2, 1), "MN", backend="auto")
+    assert G.gemm_fp8_nt_groupwise.suitable_auto_backends == ["cutlass", "trtllm", "mudnn"]
+
+
+def test_checks_upstream_makes_in_cpp_raise_runtime_error_and_value_error():
+    """Upstream's C++ checks surface as RuntimeError; ours are Python checks, ValueError like the
+    rest: the error is both, so ``except`` clauses written for either keep working."""
+    A, B, s = fp8(2, 3, 64), fp8(2, 5, 64).transpose(1, 2), pow2(1)
+    calls = [
+        lambda: G.bmm_fp8(A, B, s, s, BF16, torch.empty(2, 3, 6, dtype=BF16)),
+        lambda: G.bmm_fp8(A, fp8(2, 5, 32).transpose(1, 2), s, s, BF16),
+        lambda: G.bmm_bf16(A.to(BF16), B[:, :32].to(BF16)),
+        lambda: G.gemm_fp8_nt_groupwise(fp8(2, 256), fp8(128, 256), pow2(2, 2), pow2(1, 2), "K", mma_sm=3),
+        lambda: G.gemm_fp8_nt_groupwise(
+            fp8(2, 256), fp8(128, 256), pow2(2, 2), pow2(1, 2), "K", scale_granularity_mnk=(1, 64, 128)
+        ),
+    ]
+    for call in calls:
+        for exc in (RuntimeError, ValueError):
+            with pytest.raises(exc):
+                call()
+
+
+def test_mma_sm_is_upstreams_cutlass_rule_only():
+    a, b, sa, sb = fp8(2, 256), fp8(128, 256), pow2(2, 2), pow2(1, 2)
+    for mma_sm in (1, 2):
+        G.gemm_fp8_nt_groupwise(a, b, sa, sb, "K", mma_sm=mma_sm)
+    G.gemm_fp8_nt_groupwise(a, b, sa, sb, "K", mma_sm=3, backend="trtllm")  # the trtllm runner ignores it
+    with pytest.raises(RuntimeError, match="`mma_sm`"):
+        G.gemm_fp8_nt_blockscaled(fp8(128, 256), b, pow2(2, 1), pow2(2, 1), mma_sm=0)
+
+
 @pytest.mark.parametrize("op_name", ["group_deepgemm_fp8_nt_groupwise", "batch_deepgemm_fp8_nt_groupwise"])
 def test_deepgemm_apis_have_no_backend_choices_but_run_on_every_capability(op_name):
     fn = OPS_BY_NAME[op_name].fn

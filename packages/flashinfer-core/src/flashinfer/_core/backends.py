@@ -3,8 +3,8 @@
 Upstream wraps its GEMMs in ``@backend_requirement``, which adds a hidden ``skip_check``
 keyword and the attributes ``is_backend_supported(backend, cc=None)``,
 ``is_compute_capability_supported(cc)``, ``has_backend(backend)`` and
-``has_backend_choices()``; upstream tests call them to decide what to skip. We keep those
-hooks but not the wrapper: the public function takes ``skip_check`` itself (no extra call
+``has_backend_choices()``, and fills ``suitable_auto_backends`` on every ``backend="auto"``
+call; upstream tests call them to decide what to skip. We keep those hooks but not the wrapper: the public function takes ``skip_check`` itself (no extra call
 layer on the hot path) and :func:`gated` only attaches the attributes and hides
 ``skip_check`` from ``inspect.signature``, so introspection shows upstream's signature.
 
@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from .checks import describe, fail
+
+_SUITABLE_ENTRIES = 256
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,9 @@ class BackendTable:
         What the op passes to :meth:`enforce`, in order: the values the rules read.
     rules : dict
         ``{name: (Rule, ...)}`` for the names with FlashInfer rules of their own.
+    auto_order : tuple of str, optional
+        The names ``suitable_auto_backends`` lists, in upstream's heuristic order where the
+        contract gives one (default: every name but ``auto``, in table order).
     """
 
     function: str
@@ -73,6 +78,7 @@ class BackendTable:
     mate: tuple[str, ...] = ()
     context: tuple[str, ...] = ()
     rules: dict = field(default_factory=dict)
+    auto_order: tuple[str, ...] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -94,6 +100,34 @@ class BackendTable:
         """``{name: holds(*context) -> bool}``, True when every rule of the name holds: the hot
         path's guard (one call where the rules pass), :meth:`enforce` then says which one broke."""
         return {name: _every(rules) for name, rules in self.rules.items()}
+
+    @cached_property
+    def suitable_auto_backends(self) -> list:
+        """The public function's ``suitable_auto_backends``: one list, refilled in place by
+        :meth:`fill_suitable` (so a logging wrapper that copied the attribute sees it too)."""
+        return []
+
+    def fill_suitable(self, *context) -> None:
+        """Set ``suitable_auto_backends`` for an ``auto`` call with these context values: the
+        names whose rules hold, in :attr:`auto_order` (every name runs this device's
+        implementation, so the list is never empty). Memoized per context (hashable values, at
+        most ``_SUITABLE_ENTRIES``): a dict lookup and, when the context changed since the last
+        call, a list copy."""
+        memo = self._suitable
+        names = memo.get(context)
+        if names is None:
+            order = self.auto_order or tuple(n for n in self.names if n != "auto")
+            holds = self.holds
+            if len(memo) >= _SUITABLE_ENTRIES:
+                memo.clear()
+            names = memo[context] = [n for n in order if n not in holds or holds[n](*context)]
+        target = self.suitable_auto_backends
+        if target != names:
+            target[:] = names
+
+    @cached_property
+    def _suitable(self) -> dict:
+        return {}
 
     @property
     def notes(self) -> dict:
@@ -142,6 +176,8 @@ def gated(table: BackendTable):
         fn.has_backend = has_backend
         fn.has_backend_choices = has_backend_choices
         fn.backend_table = table
+        if names:
+            fn.suitable_auto_backends = table.suitable_auto_backends
         sig = inspect.signature(fn)
         fn.__signature__ = sig.replace(
             parameters=[p for p in sig.parameters.values() if p.name != "skip_check"]

@@ -146,13 +146,18 @@ def check_scale(scale: torch.Tensor, arg: str, shape, device: torch.device, anch
 
 
 def check_out(
-    out: torch.Tensor, shape: tuple, dtype: torch.dtype, device: torch.device, why: str = ""
+    out: torch.Tensor,
+    shape: tuple,
+    dtype: torch.dtype,
+    device: torch.device,
+    why: str = "",
+    shape_error: type[Exception] = ValueError,
 ) -> None:
-    """A caller's output: ``shape``, ``dtype`` (``why`` says where the dtype comes from, e.g.
-    ``"with `out_dtype`"``) and ``device``. Overlap with the inputs is
-    :func:`check_no_overlap`'s rule."""
+    """A caller's output: ``shape`` (else ``shape_error``, the op's upstream type), ``dtype``
+    (``why`` says where the dtype comes from, e.g. ``"with `out_dtype`"``) and ``device``.
+    Overlap with the inputs is :func:`check_no_overlap`'s rule."""
     if out.shape != shape:
-        fail(ValueError, "out", f"shape {tuple(shape)} (output shape mismatch)", f"shape {tuple(out.shape)}")
+        fail(shape_error, "out", f"shape {tuple(shape)} (output shape mismatch)", f"shape {tuple(out.shape)}")
     if out.dtype != dtype:
         fail(
             ValueError,

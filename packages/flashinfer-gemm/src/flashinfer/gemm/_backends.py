@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from flashinfer._core.backends import BackendTable, Rule
-from flashinfer._core.errors import BackendSupportedError
+from flashinfer._core.errors import BackendSupportedError, KernelCheckError
 
 _E5M2 = torch.float8_e5m2
 _ROW_BLOCKS = (1, 128, 128)
@@ -25,6 +25,8 @@ BMM_BF16 = BackendTable(
     upstream=("cudnn", "cutlass", "cutile", "tgv", "auto"),
     mate=("mudnn",),
     context=("out_dtype",),
+    # upstream's heuristic keeps cudnn, cutlass and tgv, in that order; never cutile
+    auto_order=("cudnn", "cutlass", "tgv", "mudnn"),
     rules={
         "tgv": (
             Rule(
@@ -43,6 +45,8 @@ BMM_FP8 = BackendTable(
     upstream=("cudnn", "cublas", "cutlass", "auto"),
     mate=("mudnn",),
     context=("A.dtype", "B.dtype"),
+    # upstream's heuristic order: cutlass (no e5m2), cublas, cudnn
+    auto_order=("cutlass", "cublas", "cudnn", "mudnn"),
     rules={
         "cutlass": (
             Rule("A", _E5M2_TEXT, lambda a, b: a != _E5M2, lambda a, b: f"dtype {a}"),
@@ -55,42 +59,50 @@ GEMM_FP8_NT_GROUPWISE = BackendTable(
     function="gemm_fp8_nt_groupwise",
     upstream=("cutlass", "trtllm", "cutile"),
     mate=("auto", "mudnn", "mubin"),
-    context=("scale_major_mode", "scale_granularity_mnk", "k", "output_scale"),
+    context=("scale_major_mode", "scale_granularity_mnk", "k", "output_scale", "mma_sm"),
     rules={
         "cutlass": (
             Rule(
                 "scale_major_mode",
                 "'K' or 'MN' (scale_major_mode is required in CUTLASS)",
-                lambda mode, granularity, k, output_scale: mode is not None,
-                lambda mode, granularity, k, output_scale: "None",
+                lambda mode, granularity, k, output_scale, mma_sm: mode is not None,
+                lambda mode, granularity, k, output_scale, mma_sm: "None",
+            ),
+            # upstream's C++ check ("Unsupported MMA SM")
+            Rule(
+                "mma_sm",
+                "1 or 2 (Unsupported MMA SM)",
+                lambda mode, granularity, k, output_scale, mma_sm: mma_sm in (1, 2),
+                lambda mode, granularity, k, output_scale, mma_sm: repr(mma_sm),
+                KernelCheckError,
             ),
         ),
         "trtllm": (
             Rule(
                 "scale_granularity_mnk",
                 "(1, 128, 128) (scale_granularity_mnk must be (1, 128, 128) in TRTLLM)",
-                lambda mode, granularity, k, output_scale: granularity == _ROW_BLOCKS,
-                lambda mode, granularity, k, output_scale: str(granularity),
+                lambda mode, granularity, k, output_scale, mma_sm: granularity == _ROW_BLOCKS,
+                lambda mode, granularity, k, output_scale, mma_sm: str(granularity),
             ),
             Rule(
                 "a",
                 "a.shape[1] >= 256 (a.shape[1] must be >= 256 in TRTLLM)",
-                lambda mode, granularity, k, output_scale: k >= 256,
-                lambda mode, granularity, k, output_scale: f"a.shape[1] = {k}",
+                lambda mode, granularity, k, output_scale, mma_sm: k >= 256,
+                lambda mode, granularity, k, output_scale, mma_sm: f"a.shape[1] = {k}",
             ),
         ),
         "cutile": (
             Rule(
                 "scale_major_mode",
                 "'K' or None (cutile supports scale_major_mode='K' only)",
-                lambda mode, granularity, k, output_scale: mode != "MN",
-                lambda mode, granularity, k, output_scale: repr(mode),
+                lambda mode, granularity, k, output_scale, mma_sm: mode != "MN",
+                lambda mode, granularity, k, output_scale, mma_sm: repr(mode),
             ),
             Rule(
                 "scale_granularity_mnk",
                 "(1, 128, 128) (cutile supports scale_granularity_mnk=(1, 128, 128) only)",
-                lambda mode, granularity, k, output_scale: granularity == _ROW_BLOCKS,
-                lambda mode, granularity, k, output_scale: str(granularity),
+                lambda mode, granularity, k, output_scale, mma_sm: granularity == _ROW_BLOCKS,
+                lambda mode, granularity, k, output_scale, mma_sm: str(granularity),
             ),
         ),
         "mubin": (
@@ -98,8 +110,8 @@ GEMM_FP8_NT_GROUPWISE = BackendTable(
                 "output_scale",
                 "a float32 [m, ceil(n/128)] tensor: 'mubin' writes FP8 E4M3 output (use backend 'auto' "
                 "or 'mudnn' for bf16/fp16 output)",
-                lambda mode, granularity, k, output_scale: output_scale is not None,
-                lambda mode, granularity, k, output_scale: "None",
+                lambda mode, granularity, k, output_scale, mma_sm: output_scale is not None,
+                lambda mode, granularity, k, output_scale, mma_sm: "None",
                 BackendSupportedError,
             ),
         ),

@@ -19,6 +19,7 @@ from flashinfer._core.checks import (
 )
 from flashinfer._core.compile import is_compiling
 from flashinfer._core.dispatch import implementation_kind
+from flashinfer._core.errors import KernelCheckError
 from flashinfer.api_logging import flashinfer_api
 
 from ._args import Bmm
@@ -50,14 +51,25 @@ def _check_bmm_fp8_scale(scale, arg: str, device, batch: int, rows: int) -> None
         fail(ValueError, arg, expected, f"shape {tuple(shape)}")
 
 
-def _make_bmm(table: BackendTable, scaled: bool, out_dtypes: tuple, dtype_arg: str, dtype_expected: str):
+def _make_bmm(
+    table: BackendTable,
+    scaled: bool,
+    out_dtypes: tuple,
+    dtype_arg: str,
+    dtype_expected: str,
+    shape_error: type[Exception],
+):
     """The body ``bmm_bf16`` and ``bmm_fp8`` share, after their ``torch.compile`` line: check,
     allocate ``out`` when None, run ``bmm`` on the tensors' device.
 
     What sets the two apart is bound here, once: the backend ``table``; ``scaled``, FP8 operands
     with dequantization scales (else one 16-bit dtype, ``A_scale``/``B_scale`` None); the output
-    dtypes accepted, their argument's name and the words of its error. They are closure
-    constants, so a call reads no record's attributes.
+    dtypes accepted, their argument's name and the words of its error; ``shape_error``, the type
+    for an ``out`` of the wrong shape (``bmm_bf16`` checks it in Python upstream, a
+    ``ValueError``; ``bmm_fp8`` leaves it to cuBLAS's C++ checks, a
+    :class:`~flashinfer._core.errors.KernelCheckError`, which is a ``RuntimeError`` as well).
+    Operand ranks and a batch/k mismatch are C++ checks in both. They are closure constants, so
+    a call reads no record's attributes.
     """
     names, rules = frozenset(table.names), table.rules
 
@@ -84,18 +96,18 @@ def _make_bmm(table: BackendTable, scaled: bool, out_dtypes: tuple, dtype_arg: s
                     fail(ValueError, dtype_arg, dtype_expected, describe(dtype))
                 # A (b, m, k) and B (b, k, n) on one device
                 if len(a_shape) != 3:
-                    fail(ValueError, "A", "a 3-D tensor (batch, m, k) (shape mismatch)", A)
+                    fail(KernelCheckError, "A", "a 3-D tensor (batch, m, k) (shape mismatch)", A)
                 if len(b_shape) != 3:
-                    fail(ValueError, "B", "a 3-D tensor (batch, k, n) (shape mismatch)", B)
+                    fail(KernelCheckError, "B", "a 3-D tensor (batch, k, n) (shape mismatch)", B)
                 if b_shape[0] != a_shape[0] or b_shape[1] != a_shape[2]:
-                    expected = f"shape ({a_shape[0]}, {a_shape[2]}, n) (batch and k of `A`)"
-                    fail(ValueError, "B", expected, f"shape {tuple(b_shape)}")
+                    expected = f"shape ({a_shape[0]}, {a_shape[2]}, n) (batch and k of `A`; incompatible matrix sizes)"
+                    fail(KernelCheckError, "B", expected, f"shape {tuple(b_shape)}")
                 if B.device != device:
                     check_device(B, "B", device, "A")
                 if out is not None:
                     shape = (a_shape[0], a_shape[1], b_shape[2])
                     if out.shape != shape or out.dtype != dtype or out.device != device:
-                        check_out(out, shape, dtype, device, f"with `{dtype_arg}`")
+                        check_out(out, shape, dtype, device, f"with `{dtype_arg}`", shape_error)
                     check_no_overlap(out, "out", _INPUTS, A, B, A_scale, B_scale)
                 if scaled:
                     _check_bmm_fp8_scale(A_scale, "A_scale", device, a_shape[0], a_shape[1])
@@ -104,6 +116,11 @@ def _make_bmm(table: BackendTable, scaled: bool, out_dtypes: tuple, dtype_arg: s
                         table.enforce(backend, a_dtype, B.dtype)
                 elif backend in rules:
                     table.enforce(backend, dtype)
+            if backend == "auto":  # FlashInfer's hook, filled with or without the checks
+                if scaled:
+                    table.fill_suitable(A.dtype, B.dtype)
+                else:
+                    table.fill_suitable(dtype)
         except AttributeError:
             optional = ("out",) if scaled else ("A_scale", "B_scale", "out")  # None in 16 bits
             require_tensors(A=A, B=B, A_scale=A_scale, B_scale=B_scale, out=out, optional=optional)
@@ -121,6 +138,7 @@ _bmm_bf16 = _make_bmm(
     out_dtypes=(torch.bfloat16, torch.float16, torch.float32),
     dtype_arg="out_dtype",
     dtype_expected="torch.bfloat16, torch.float16 or torch.float32 (unsupported output dtype)",
+    shape_error=ValueError,
 )
 _bmm_fp8 = _make_bmm(
     BMM_FP8,
@@ -128,6 +146,7 @@ _bmm_fp8 = _make_bmm(
     out_dtypes=(torch.bfloat16, torch.float16),
     dtype_arg="dtype",
     dtype_expected="torch.bfloat16 or torch.float16 (unsupported output dtype for FP8 GEMM)",
+    shape_error=KernelCheckError,
 )
 
 
@@ -164,10 +183,11 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
     Raises
     ------
     ValueError
-        Unknown ``backend``; ``A``/``B`` not 3-D, not both bfloat16 or both float16, or with
-        mismatched batch/k; tensors on different devices; ``out_dtype`` not bf16/fp16/fp32;
-        ``tgv`` with non-bf16 output; ``out`` of the wrong shape, dtype (it must equal
-        ``out_dtype``) or device, or overlapping an input.
+        Unknown ``backend``; ``A``/``B`` not both bfloat16 or both float16; tensors on different
+        devices; ``out_dtype`` not bf16/fp16/fp32; ``tgv`` with non-bf16 output; ``out`` of the
+        wrong shape, dtype (it must equal ``out_dtype``) or device, or overlapping an input.
+        ``A``/``B`` not 3-D or with mismatched batch/k: upstream leaves these to its C++ layer,
+        so the error is a ``RuntimeError`` as well.
 
     Notes
     -----
@@ -231,10 +251,12 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
     Raises
     ------
     ValueError
-        Unknown ``backend``; ``A``/``B`` not 3-D FP8 or with mismatched batch/k; tensors on
-        different devices; ``dtype`` not bf16/fp16 ("Unsupported output dtype"); ``cutlass`` with
-        an e5m2 input; a scale that is not float32 or of an accepted shape; ``out`` of the wrong
-        shape, dtype or device, or overlapping an input.
+        Unknown ``backend``; ``A``/``B`` not FP8; tensors on different devices; ``dtype`` not
+        bf16/fp16 ("Unsupported output dtype"); ``cutlass`` with an e5m2 input; a scale that is
+        not float32 or of an accepted shape; ``out`` of the wrong shape, dtype or device, or
+        overlapping an input. ``A``/``B`` not 3-D or with mismatched batch/k and ``out`` of the
+        wrong shape are cuBLAS's C++ checks upstream ("Incompatible matrix sizes", "Result
+        tensor has incorrect shape"), so those errors are a ``RuntimeError`` as well.
 
     Notes
     -----

@@ -24,6 +24,7 @@ from flashinfer._core.checks import (
 )
 from flashinfer._core.compile import is_compiling
 from flashinfer._core.constants import OUTPUT_SCALE_BLOCK
+from flashinfer._core.errors import KernelCheckError
 from flashinfer.api_logging import flashinfer_api
 
 from ._args import Groupwise
@@ -118,7 +119,8 @@ def gemm_fp8_nt_groupwise(
         How the scales are stored. Required by ``cutlass``; ignored by ``trtllm``; None means
         ``"K"`` for the other names.
     mma_sm : int
-        A performance hint of upstream's CUTLASS kernel; accepted and ignored.
+        A performance hint of upstream's CUTLASS kernel, 1 or 2 (under ``cutlass``, as upstream);
+        no effect on results.
     scale_granularity_mnk : tuple of int
         ``(1, 128, 128)`` (default: per-row x 128-K-block A scales, 128 x 128 B blocks) or
         ``(128, 128, 128)``.
@@ -153,9 +155,14 @@ def gemm_fp8_nt_groupwise(
         Unknown ``backend``; ``a``/``b`` not 2-D e4m3 K-major or with different k ("Shape
         mismatch"); output dtype not bf16/fp16 ("Unsupported output dtype"), or not e4m3 with
         ``output_scale``; ``cutlass`` without ``scale_major_mode``; ``trtllm`` with another
-        granularity or k < 256; ``cutile`` with ``"MN"`` or another granularity; a granularity
-        other than the two above; scales that are not float32 or of the expected shape;
-        ``out`` / ``output_scale`` of the wrong shape or device, or overlapping an input.
+        granularity or k < 256; ``cutile`` with ``"MN"`` or another granularity; scales that
+        are not float32 or of the expected shape; ``out`` / ``output_scale`` of the wrong shape
+        or device, or overlapping an input.
+        Upstream's C++ checks, so a ``RuntimeError`` as well: a granularity other than the two
+        above ("Unsupported scale granularity"); ``cutlass`` with ``mma_sm`` not 1 or 2
+        ("Unsupported MMA SM").
+    TypeError
+        ``scale_granularity_mnk`` that is not a sequence.
     flashinfer.utils.BackendSupportedError
         ``backend="mubin"`` without ``output_scale``.
 
@@ -193,7 +200,10 @@ def gemm_fp8_nt_groupwise(
         ))  # fmt: skip
     try:
         a_shape, b_shape, device = a.shape, b.shape, a.device
-        granularity = tuple(scale_granularity_mnk)
+        try:
+            granularity = tuple(scale_granularity_mnk)
+        except TypeError:
+            fail(TypeError, "scale_granularity_mnk", "a tuple (gm, gn, gk)", describe(scale_granularity_mnk))
         # out's dtype wins over out_dtype; output_scale means FP8 E4M3
         if out is not None:
             dtype = out.dtype
@@ -222,14 +232,20 @@ def gemm_fp8_nt_groupwise(
                 check_k_major(b, "b")
             if scale_major_mode not in _MODES:
                 fail(ValueError, "scale_major_mode", "'K', 'MN' or None", describe(scale_major_mode))
-            if granularity not in _GRANULARITIES:
-                expected = "(1, 128, 128) or (128, 128, 128)"
-                fail(ValueError, "scale_granularity_mnk", expected, str(granularity))
             holds = _HOLDS.get(backend)
-            if holds is not None and not holds(scale_major_mode, granularity, a_shape[1], output_scale):
+            if holds is not None and not holds(
+                scale_major_mode, granularity, a_shape[1], output_scale, mma_sm
+            ):
                 GEMM_FP8_NT_GROUPWISE.enforce(
-                    backend, scale_major_mode, granularity, a_shape[1], output_scale
+                    backend, scale_major_mode, granularity, a_shape[1], output_scale, mma_sm
                 )
+            if granularity not in _GRANULARITIES:  # upstream's C++ check
+                expected = "(1, 128, 128) or (128, 128, 128) (unsupported scale granularity)"
+                fail(KernelCheckError, "scale_granularity_mnk", expected, str(granularity))
+        if backend == "auto":  # FlashInfer's hook; the mubin rule reads only whether a scale came
+            GEMM_FP8_NT_GROUPWISE.fill_suitable(
+                scale_major_mode, granularity, a_shape[1], None if output_scale is None else True, mma_sm
+            )
         (m, k), n = a_shape, b_shape[0]
         gm, gn, gk = granularity
         mb, nb, kb = -(-m // gm), -(-n // gn), -(-k // gk)
@@ -316,7 +332,8 @@ def gemm_fp8_nt_blockscaled(
     scale_major_mode : {"MN", "K"}
         How the scales are stored; required (None raises, as upstream's CUTLASS path).
     mma_sm : int
-        A performance hint of upstream's CUTLASS kernel; accepted and ignored.
+        A performance hint of upstream's CUTLASS kernel, 1 or 2 (under ``cutlass``, as upstream);
+        no effect on results.
     out : torch.Tensor, optional
         ``[m, n]`` bf16/fp16, written in place and returned (its dtype wins over
         ``out_dtype``); any strides. When None, a contiguous tensor is allocated.
@@ -335,6 +352,7 @@ def gemm_fp8_nt_blockscaled(
     ValueError
         As :func:`gemm_fp8_nt_groupwise` with ``backend="cutlass"``: shapes, dtypes, scale
         shapes, ``scale_major_mode=None`` ("scale_major_mode is required in CUTLASS"), ``out``.
+        ``mma_sm`` not 1 or 2 ("Unsupported MMA SM", a ``RuntimeError`` as well).
 
     Notes
     -----
