@@ -122,9 +122,8 @@ def test_metadata_reused_across_layers_and_changing_seq_lens(seed):
 )  # fmt: skip
 def test_metadata_mismatch_names_the_field(field, query_shape, topk, seed):
     sample = sparse_sample("s", q_len=2).build()
-    metadata = get_batch_decode_metadata_mla(
-        torch.zeros(query_shape, dtype=E4M3), sample.kwargs["seq_lens"], topk
-    )
+    lens = torch.zeros(query_shape[0], dtype=torch.int32)  # the other configuration's
+    metadata = get_batch_decode_metadata_mla(torch.zeros(query_shape, dtype=E4M3), lens, topk)
     with pytest.raises(ValueError, match=rf"prepared for {field}=.*get_batch_decode_metadata_mla"):
         _run(sample, metadata=metadata)
 
@@ -150,6 +149,12 @@ def test_metadata_rejects_foreign_objects_and_bad_arguments():
         get_batch_decode_metadata_mla(q, lens.long(), 64)
     with pytest.raises(ValueError, match="sparse_mla_top_k"):
         get_batch_decode_metadata_mla(q, lens, -4)
+    with pytest.raises(RuntimeError, match="multiple of 4"):  # as the decode would say
+        get_batch_decode_metadata_mla(q, lens, 6)
+    with pytest.raises(ValueError, match=r"shape \(2,\).*`seq_lens`"):
+        get_batch_decode_metadata_mla(q, lens[:1], 64)
+    for per_token in (lens[:, None], lens):  # the packed form's per-token lengths, both shapes
+        get_batch_decode_metadata_mla(q, per_token, 64)
     assert get_batch_decode_metadata_mla(q, lens, 0).plan is None  # dense: nothing to plan
 
 

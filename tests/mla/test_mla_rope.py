@@ -182,6 +182,18 @@ def test_quantize_dtype_follows_first_given_output(seed):
     assert all(r.dtype == E4M3 and r.is_contiguous() for r in rope_quantize_fp8(**kwargs))
 
 
+def test_quantize_dtype_is_read_only_for_outputs_allocated_here(seed):
+    """Upstream allocates missing outputs with ``quantize_dtype`` and writes given ones in place,
+    whatever it says (flashinfer-api.md 9.3)."""
+    kwargs, _ = rope_kwargs(3, 2, 1, 64, 512, k_2d=True, out_dtype=E5M2)
+    kwargs["quantize_dtype"] = E4M3  # every output given: they set the dtype
+    result = rope_quantize_fp8(**kwargs)
+    _check({**kwargs, "quantize_dtype": E5M2}, result)
+    kwargs["q_nope_out"] = None  # one allocated as e4m3 beside e5m2 outputs: one kernel cannot
+    with pytest.raises(RuntimeError, match="like every output.*`quantize_dtype`.*`q_rope_out`"):
+        rope_quantize_fp8(**kwargs)
+
+
 def test_zero_tokens():
     kwargs, _ = rope_kwargs(0, 2, 1, 64, 512, k_2d=True)
     result = rope_quantize_fp8(**kwargs)

@@ -109,8 +109,10 @@ def trtllm_batch_decode_with_kv_cache_mla(
     enable_pdl, is_var_seq, cute_dsl_impl : optional
         Accepted for compatibility; no effect on results.
     kv_scale_format : str
-        Packed form only: ``auto``/``pow2_fp32`` (power-of-two scales) or ``arbitrary_fp32``;
-        both dequantize ``value * scale``. Any other name raises ``ValueError``.
+        Read by the packed form only: ``auto``/``pow2_fp32`` (power-of-two scales) or
+        ``arbitrary_fp32``, both dequantizing ``value * scale``; any other name raises
+        ``ValueError`` there. The other cache forms do not read it (as upstream's backends
+        for them).
     backend : str
         ``auto``, ``trtllm-gen``, ``cute-dsl``, ``xqa`` or ``sparse``: every name runs this
         device's implementation (see the README).
@@ -161,8 +163,12 @@ def trtllm_batch_decode_with_kv_cache_mla(
     Notes
     -----
     Sparse entries that are negative or ``>= num_pages * page_size`` are ignored and never read,
-    wherever they sit among the first ``n`` positions. A token with no valid key gets out 0 and
-    LSE +inf. Nothing is synchronized with the host, so the call can be graph-captured.
+    wherever they sit among the first ``n`` positions. Dense page ids that are negative or
+    ``>= num_pages`` are skipped the same way, and a token attends at most the positions its
+    table row can address (``max_pages * page_size``): a ``seq_lens`` longer than that is cut
+    there, not detected, since detecting it would read the lengths on the host. A token with no
+    valid key gets out 0 and LSE +inf. Nothing is synchronized with the host, so the call can be
+    graph-captured.
 
     The packed form follows upstream's ``sparse`` backend: ``seq_lens`` is None (every column
     active) or one active top-k length per query token, ``[batch, q_len]`` or

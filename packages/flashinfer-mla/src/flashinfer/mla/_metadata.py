@@ -98,8 +98,8 @@ def get_batch_decode_metadata_mla(
         The query the decode calls will take: ``[batch, q_len, num_heads, 576]`` (or a compact
         ``[total_q, num_heads, 576]`` with ``cum_seq_lens_q``). Only its shape and device are used.
     seq_lens : torch.Tensor
-        ``[batch]`` int32 on the query's device. Only its type, dtype and device are checked: the
-        schedule does not depend on its values.
+        ``[batch]`` int32 on the query's device (the packed form's per-token lengths too). Its
+        values are never read: the schedule does not depend on them.
     sparse_mla_top_k : int
         The decode's ``sparse_mla_top_k`` (0 for dense decode).
 
@@ -113,10 +113,11 @@ def get_batch_decode_metadata_mla(
     TypeError
         ``query`` or ``seq_lens`` is not a tensor.
     ValueError
-        A query that is not 3-D or 4-D, ``seq_lens`` not int32 or on another device, a negative
-        ``sparse_mla_top_k``.
+        A query that is not 3-D or 4-D, ``seq_lens`` not int32, on another device or (4-D query)
+        of none of the decode's shapes, a negative ``sparse_mla_top_k``.
     RuntimeError
-        Called inside ``torch.compile``: prepare the object outside and pass it in.
+        ``sparse_mla_top_k`` not a multiple of 4 (the decode's rule); called inside
+        ``torch.compile``: prepare the object outside and pass it in.
 
     Notes
     -----
@@ -154,7 +155,13 @@ def get_batch_decode_metadata_mla(
         fail(ValueError, "seq_lens", f"an int32 tensor on {query.device}", seq_lens)
     if not isinstance(sparse_mla_top_k, int) or sparse_mla_top_k < 0:
         fail(ValueError, "sparse_mla_top_k", "a non-negative int", describe(sparse_mla_top_k))
+    if sparse_mla_top_k % 4:  # the decode's rule, said where the object is made
+        raise RuntimeError(f"SparseMlaTopK must be a multiple of 4, got sparse_mla_top_k={sparse_mla_top_k}")
     batch, q_len, heads = metadata_config(query)
+    if query.dim() == 4 and seq_lens.shape not in ((batch,), (batch, q_len), (batch * q_len,)):
+        # [batch] KV lengths, or the packed form's one length per query token
+        expected = f"shape ({batch},), ({batch}, {q_len}) or ({batch * q_len},) for a query of batch {batch}"
+        fail(ValueError, "seq_lens", expected, seq_lens)
     device = query.device
     plan = None
     if sparse_mla_top_k > 0:

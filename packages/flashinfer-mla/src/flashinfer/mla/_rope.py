@@ -73,8 +73,9 @@ def rope_quantize_fp8(
     is_neox : bool
         True: rotate the two halves (NeoX). False: rotate adjacent pairs (GPT-J, DeepSeek).
     quantize_dtype : torch.dtype, optional
-        ``torch.float8_e4m3fn`` or ``torch.float8_e5m2``. Default: the dtype of the first given
-        output, else e4m3.
+        ``torch.float8_e4m3fn`` or ``torch.float8_e5m2``: the dtype of the outputs allocated
+        here (as upstream, it is not read when all four outputs are given; the given outputs
+        share one FP8 dtype). Default: the dtype of the first given output, else e4m3.
     quant_scale_q, quant_scale_kv : float
         Quantization multipliers: ``q_out = fp8(rot(q) * quant_scale_q)``, likewise for K with
         ``quant_scale_kv``. The cast saturates to the format's finite maximum.
@@ -140,6 +141,14 @@ def rope_quantize_fp8(
                 ((name, out.dtype) for name, out in zip(_OUTPUTS, given) if out is not None),
                 ("quantize_dtype", torch.float8_e4m3fn),
             )
+        elif (
+            q_rope_out is not None
+            and k_rope_out is not None
+            and q_nope_out is not None
+            and k_nope_out is not None
+            and quantize_dtype in _FP8_DTYPES  # anything else is refused, as a misuse
+        ):  # upstream reads quantize_dtype only to allocate missing outputs
+            dtype_arg, quantize_dtype = "q_rope_out", q_rope_out.dtype
         if q_nope is None:  # FlashInfer turns a missing nope part into an empty one
             q_nope = q_rope.new_empty((*q_rope.shape[:-1], 0))
         if k_nope is None:
@@ -261,7 +270,10 @@ def _check_tensors(inputs, outputs, cache, pos_ids, quantize_dtype, dtype_arg: s
         if out is None:
             continue
         if out.dtype != quantize_dtype:
-            expected = f"dtype {quantize_dtype} like every output (Output dtype must be float8_e4m3fn or float8_e5m2)"
+            expected = (
+                f"dtype {quantize_dtype} like every output (that of `{dtype_arg}`; Output dtype must be "
+                "float8_e4m3fn or float8_e5m2)"
+            )
             fail(RuntimeError, out_name, expected, f"dtype {out.dtype}")
         if out.shape != shape:
             fail(RuntimeError, out_name, f"shape {shape} (the shape of `{name}`)", out)
