@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from flashinfer._core.backends import BackendTable, Rule
-from flashinfer._core.errors import BackendSupportedError, KernelCheckError
+from flashinfer._core.errors import BackendSupportedError
 
 _E5M2 = torch.float8_e5m2
 _ROW_BLOCKS = (1, 128, 128)
@@ -59,50 +59,42 @@ GEMM_FP8_NT_GROUPWISE = BackendTable(
     function="gemm_fp8_nt_groupwise",
     upstream=("cutlass", "trtllm", "cutile"),
     mate=("auto", "mudnn", "mubin"),
-    context=("scale_major_mode", "scale_granularity_mnk", "k", "output_scale", "mma_sm"),
+    context=("scale_major_mode", "scale_granularity_mnk", "k", "output_scale"),
     rules={
         "cutlass": (
             Rule(
                 "scale_major_mode",
                 "'K' or 'MN' (scale_major_mode is required in CUTLASS)",
-                lambda mode, granularity, k, output_scale, mma_sm: mode is not None,
-                lambda mode, granularity, k, output_scale, mma_sm: "None",
-            ),
-            # upstream's C++ check ("Unsupported MMA SM")
-            Rule(
-                "mma_sm",
-                "1 or 2 (Unsupported MMA SM)",
-                lambda mode, granularity, k, output_scale, mma_sm: mma_sm in (1, 2),
-                lambda mode, granularity, k, output_scale, mma_sm: repr(mma_sm),
-                KernelCheckError,
+                lambda mode, granularity, k, output_scale: mode is not None,
+                lambda mode, granularity, k, output_scale: "None",
             ),
         ),
         "trtllm": (
             Rule(
                 "scale_granularity_mnk",
                 "(1, 128, 128) (scale_granularity_mnk must be (1, 128, 128) in TRTLLM)",
-                lambda mode, granularity, k, output_scale, mma_sm: granularity == _ROW_BLOCKS,
-                lambda mode, granularity, k, output_scale, mma_sm: str(granularity),
+                lambda mode, granularity, k, output_scale: granularity == _ROW_BLOCKS,
+                lambda mode, granularity, k, output_scale: str(granularity),
             ),
             Rule(
                 "a",
                 "a.shape[1] >= 256 (a.shape[1] must be >= 256 in TRTLLM)",
-                lambda mode, granularity, k, output_scale, mma_sm: k >= 256,
-                lambda mode, granularity, k, output_scale, mma_sm: f"a.shape[1] = {k}",
+                lambda mode, granularity, k, output_scale: k >= 256,
+                lambda mode, granularity, k, output_scale: f"a.shape[1] = {k}",
             ),
         ),
         "cutile": (
             Rule(
                 "scale_major_mode",
                 "'K' or None (cutile supports scale_major_mode='K' only)",
-                lambda mode, granularity, k, output_scale, mma_sm: mode != "MN",
-                lambda mode, granularity, k, output_scale, mma_sm: repr(mode),
+                lambda mode, granularity, k, output_scale: mode != "MN",
+                lambda mode, granularity, k, output_scale: repr(mode),
             ),
             Rule(
                 "scale_granularity_mnk",
                 "(1, 128, 128) (cutile supports scale_granularity_mnk=(1, 128, 128) only)",
-                lambda mode, granularity, k, output_scale, mma_sm: granularity == _ROW_BLOCKS,
-                lambda mode, granularity, k, output_scale, mma_sm: str(granularity),
+                lambda mode, granularity, k, output_scale: granularity == _ROW_BLOCKS,
+                lambda mode, granularity, k, output_scale: str(granularity),
             ),
         ),
         "mubin": (
@@ -110,8 +102,8 @@ GEMM_FP8_NT_GROUPWISE = BackendTable(
                 "output_scale",
                 "a float32 [m, ceil(n/128)] tensor: 'mubin' writes FP8 E4M3 output (use backend 'auto' "
                 "or 'mudnn' for bf16/fp16 output)",
-                lambda mode, granularity, k, output_scale, mma_sm: output_scale is not None,
-                lambda mode, granularity, k, output_scale, mma_sm: "None",
+                lambda mode, granularity, k, output_scale: output_scale is not None,
+                lambda mode, granularity, k, output_scale: "None",
                 BackendSupportedError,
             ),
         ),

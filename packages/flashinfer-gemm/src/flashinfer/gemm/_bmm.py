@@ -72,26 +72,30 @@ def _make_bmm(
     a call reads no record's attributes.
     """
     names, rules = frozenset(table.names), table.rules
+    fill_suitable = table.fill_suitable
+    # the context of the last auto call: FlashInfer's hook is refilled only when it changes
+    auto_first = auto_second = None
 
     def bmm(A, B, A_scale, B_scale, out, dtype, backend, skip_check):
+        nonlocal auto_first, auto_second
         try:
             a_shape, b_shape, device = A.shape, B.shape, A.device
+            a_dtype, b_dtype = A.dtype, B.dtype
             if not skip_check:
                 if backend not in names:
                     table.check(backend)
-                a_dtype = A.dtype
                 if scaled:
                     if a_dtype not in FP8:
                         check_fp8(A, "A", FP8)
-                    if B.dtype not in FP8:
+                    if b_dtype not in FP8:
                         check_fp8(B, "B", FP8)
                 else:
                     if a_dtype not in _16BIT:
                         expected = "dtype torch.bfloat16 or torch.float16 (first tensor)"
                         fail(ValueError, "A", expected, f"dtype {a_dtype}")
-                    if B.dtype != a_dtype:
+                    if b_dtype != a_dtype:
                         expected = f"dtype {a_dtype} (the dtype of `A`; second tensor)"
-                        fail(ValueError, "B", expected, f"dtype {B.dtype}")
+                        fail(ValueError, "B", expected, f"dtype {b_dtype}")
                 if dtype not in out_dtypes:
                     fail(ValueError, dtype_arg, dtype_expected, describe(dtype))
                 # A (b, m, k) and B (b, k, n) on one device
@@ -113,14 +117,17 @@ def _make_bmm(
                     _check_bmm_fp8_scale(A_scale, "A_scale", device, a_shape[0], a_shape[1])
                     _check_bmm_fp8_scale(B_scale, "B_scale", device, a_shape[0], b_shape[2])
                     if backend in rules:
-                        table.enforce(backend, a_dtype, B.dtype)
+                        table.enforce(backend, a_dtype, b_dtype)
                 elif backend in rules:
                     table.enforce(backend, dtype)
             if backend == "auto":  # FlashInfer's hook, filled with or without the checks
-                if scaled:
-                    table.fill_suitable(A.dtype, B.dtype)
-                else:
-                    table.fill_suitable(dtype)
+                first, second = (a_dtype, b_dtype) if scaled else (dtype, None)
+                if first is not auto_first or second is not auto_second:
+                    auto_first, auto_second = first, second
+                    if scaled:
+                        fill_suitable(first, second)
+                    else:
+                        fill_suitable(first)
         except AttributeError:
             optional = ("out",) if scaled else ("A_scale", "B_scale", "out")  # None in 16 bits
             require_tensors(A=A, B=B, A_scale=A_scale, B_scale=B_scale, out=out, optional=optional)

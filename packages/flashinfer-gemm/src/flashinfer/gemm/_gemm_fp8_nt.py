@@ -233,18 +233,21 @@ def gemm_fp8_nt_groupwise(
             if scale_major_mode not in _MODES:
                 fail(ValueError, "scale_major_mode", "'K', 'MN' or None", describe(scale_major_mode))
             holds = _HOLDS.get(backend)
-            if holds is not None and not holds(
-                scale_major_mode, granularity, a_shape[1], output_scale, mma_sm
-            ):
+            if holds is not None and not holds(scale_major_mode, granularity, a_shape[1], output_scale):
                 GEMM_FP8_NT_GROUPWISE.enforce(
-                    backend, scale_major_mode, granularity, a_shape[1], output_scale, mma_sm
+                    backend, scale_major_mode, granularity, a_shape[1], output_scale
                 )
-            if granularity not in _GRANULARITIES:  # upstream's C++ check
+            # upstream's C++ checks, after its Python rules above
+            if granularity not in _GRANULARITIES:
                 expected = "(1, 128, 128) or (128, 128, 128) (unsupported scale granularity)"
                 fail(KernelCheckError, "scale_granularity_mnk", expected, str(granularity))
+            if mma_sm != 1 and mma_sm != 2 and backend == "cutlass":
+                fail(
+                    KernelCheckError, "mma_sm", "1 or 2 (Unsupported MMA SM; backend='cutlass')", repr(mma_sm)
+                )
         if backend == "auto":  # FlashInfer's hook; the mubin rule reads only whether a scale came
             GEMM_FP8_NT_GROUPWISE.fill_suitable(
-                scale_major_mode, granularity, a_shape[1], None if output_scale is None else True, mma_sm
+                scale_major_mode, granularity, a_shape[1], None if output_scale is None else True
             )
         (m, k), n = a_shape, b_shape[0]
         gm, gn, gk = granularity
