@@ -34,16 +34,14 @@ def _check_bmm_fp8_scale(scale, arg: str, device, batch: int, rows: int) -> None
     """A float32 scale on ``device``: ``()``, ``(1,)``, ``(batch, rows, 1)`` or ``(batch, 1, rows)``."""
     if scale.dtype != FLOAT32 or scale.device != device:
         check_scale(scale, arg, None, device, "A")
+    ndim = scale.dim()
+    if ndim <= 1 and scale.numel() == 1:  # per-tensor, () or (1,): the common case, read first
+        return
     shape = scale.shape
-    ndim = len(shape)
     if not (
-        ndim == 0
-        or (ndim == 1 and shape[0] == 1)
-        or (
-            ndim == 3
-            and shape[0] == batch
-            and ((shape[1] == rows and shape[2] == 1) or (shape[1] == 1 and shape[2] == rows))
-        )
+        ndim == 3
+        and shape[0] == batch
+        and ((shape[1] == rows and shape[2] == 1) or (shape[1] == 1 and shape[2] == rows))
     ):
         expected = (
             f"shape (), (1,), ({batch}, {rows}, 1) or ({batch}, 1, {rows}) (per-tensor or channelwise scale)"
