@@ -145,6 +145,15 @@ def test_checks_upstream_makes_in_cpp_raise_runtime_error_and_value_error():
                 call()
 
 
+def test_skip_check_still_refuses_a_missing_fp8_scale():
+    """The implementations read a None scale as 1 (the 16-bit form): under skip_check that would
+    be a silent wrong answer."""
+    A, B = fp8(1, 2, 32), fp8(1, 4, 32).transpose(1, 2)
+    for scales in ((None, pow2(1)), (pow2(1), None)):
+        with pytest.raises(TypeError, match="_scale`"):
+            G.bmm_fp8(A, B, *scales, BF16, skip_check=True)
+
+
 def test_mma_sm_is_upstreams_cutlass_rule_only():
     a, b, sa, sb = fp8(2, 256), fp8(128, 256), pow2(2, 2), pow2(1, 2)
     for mma_sm in (1, 2):

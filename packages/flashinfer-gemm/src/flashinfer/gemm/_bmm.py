@@ -130,6 +130,10 @@ def _make_bmm(
             optional = ("out",) if scaled else ("A_scale", "B_scale", "out")  # None in 16 bits
             require_tensors(A=A, B=B, A_scale=A_scale, B_scale=B_scale, out=out, optional=optional)
             raise
+        if scaled and skip_check and (A_scale is None or B_scale is None):
+            # kept under skip_check: the implementations read a None scale as 1 (the 16-bit
+            # form), which would be a silent wrong answer; upstream fails on it too
+            require_tensors(A_scale=A_scale, B_scale=B_scale)
         if out is None:  # sizes as arguments (docs/internals.md, host time)
             out = torch.empty(a_shape[0], a_shape[1], b_shape[2], dtype=dtype, device=device)
         return run(DISPATCH.module(device).bmm, Bmm._make((A, B, out, A_scale, B_scale)), a_shape[2])
