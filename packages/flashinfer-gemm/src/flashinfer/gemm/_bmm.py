@@ -119,13 +119,13 @@ def _make_bmm(
                 elif backend in rules:
                     table.enforce(backend, dtype)
             if backend == "auto":  # FlashInfer's hook, filled with or without the checks
-                first, second = (a_dtype, b_dtype) if scaled else (dtype, None)
-                if first is not auto_first or second is not auto_second:
-                    auto_first, auto_second = first, second
-                    if scaled:
-                        fill_suitable(first, second)
-                    else:
-                        fill_suitable(first)
+                if scaled:
+                    if a_dtype is not auto_first or b_dtype is not auto_second:
+                        auto_first, auto_second = a_dtype, b_dtype
+                        fill_suitable(a_dtype, b_dtype)
+                elif dtype is not auto_first:
+                    auto_first = dtype
+                    fill_suitable(dtype)
         except AttributeError:
             optional = ("out",) if scaled else ("A_scale", "B_scale", "out")  # None in 16 bits
             require_tensors(A=A, B=B, A_scale=A_scale, B_scale=B_scale, out=out, optional=optional)
