@@ -125,6 +125,10 @@ def test_suitable_auto_backends_follow_each_auto_call():
     G.gemm_fp8_nt_groupwise(a, b, pow2(2, 2), pow2(2, 1), "MN", backend="auto")
     assert G.gemm_fp8_nt_groupwise.suitable_auto_backends == ["cutlass", "trtllm", "mudnn"]
 
+    ids = torch.tensor([0, 2], dtype=torch.int32)
+    G.group_gemm_fp8_nt_groupwise(a, fp8(1, 128, 256), pow2(2, 2), pow2(1, 2, 1), ids, backend="auto")
+    assert G.group_gemm_fp8_nt_groupwise.suitable_auto_backends == ["trtllm", "mubin"]
+
 
 def test_checks_upstream_makes_in_cpp_raise_runtime_error_and_value_error():
     """Upstream's C++ checks surface as RuntimeError; ours are Python checks, ValueError like the

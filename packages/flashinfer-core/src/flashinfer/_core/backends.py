@@ -4,9 +4,11 @@ Upstream wraps its GEMMs in ``@backend_requirement``, which adds a hidden ``skip
 keyword and the attributes ``is_backend_supported(backend, cc=None)``,
 ``is_compute_capability_supported(cc)``, ``has_backend(backend)`` and
 ``has_backend_choices()``, and fills ``suitable_auto_backends`` on every ``backend="auto"``
-call; upstream tests call them to decide what to skip. We keep those hooks but not the wrapper: the public function takes ``skip_check`` itself (no extra call
-layer on the hot path) and :func:`gated` only attaches the attributes and hides
-``skip_check`` from ``inspect.signature``, so introspection shows upstream's signature.
+call; upstream tests call them to decide what to skip. We keep those hooks but not the
+wrapper: the public function takes ``skip_check`` itself (no extra call layer on the hot path)
+and refills ``suitable_auto_backends`` (:meth:`BackendTable.fill_suitable`); :func:`gated`
+only attaches the attributes and hides ``skip_check`` from ``inspect.signature``, so
+introspection shows upstream's signature.
 
 Every name in a table runs on every device: the tensor's device picks the implementation
 (``ROUTES`` in each package's ``_dispatch.py``), the name only keeps FlashInfer's name-specific

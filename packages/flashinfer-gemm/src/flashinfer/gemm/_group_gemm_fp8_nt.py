@@ -192,6 +192,8 @@ def group_gemm_fp8_nt_groupwise(
                 check_no_overlap(out, "out", ("a", "b"), a, b)
         m, k = a_shape
         groups, n = b_shape[0], b_shape[1]
+        if backend == "auto":  # FlashInfer's hook (MATE's name here)
+            GROUP_GEMM_FP8_NT_GROUPWISE.fill_suitable(scale_major_mode, granularity)
     except AttributeError:
         require_tensors(
             a=a, b=b, a_scale=a_scale, b_scale=b_scale, m_indptr=m_indptr, out=out, optional=("out",)
