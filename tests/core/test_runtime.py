@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 
 import pytest
 import torch
@@ -102,6 +103,26 @@ def test_unrelated_mate(unrelated_mate):
     assert mate_loader.mate_version() is None
     with pytest.raises(LibraryError, match="unrelated project"):
         mate_loader.require_function("mate.gemm", "bmm", "bmm_fp8")
+
+
+def test_broken_mate_module_is_said_with_its_import_error(tmp_path, monkeypatch):
+    """A MATE module whose own dependency is missing is not taken for an older MATE."""
+    package = tmp_path / "mate"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "gemm.py").write_text("import mate_dependency_that_is_not_installed\n")
+    for name in [n for n in sys.modules if n == "mate" or n.startswith("mate.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mate_loader.reset_cache()
+    try:
+        with pytest.raises(LibraryError, match="mate.gemm is installed but fails to import.*mate_dependency"):
+            mate_loader.require_function("mate.gemm", "bmm", "bmm_fp8")
+        assert mate_loader.find_function("mate.deep_gemm", "m_grouped_gemm") is None  # absent: None
+    finally:
+        for name in [n for n in sys.modules if n == "mate" or n.startswith("mate.")]:
+            del sys.modules[name]
+        mate_loader.reset_cache()
 
 
 def test_mate_too_old(mate_standin):

@@ -89,8 +89,20 @@ def test_sinks_corrected_after_the_kernel(mate_standin, seed):
     assert_decode_close(out, None, sample.oracle()[0], None)
 
 
-def test_tensor_bmm2_applied_after_the_kernel(mate_standin, seed):
-    sample = sparse_sample("s", bmm2=torch.tensor([0.5])).build()
+def test_scratch_buffers_are_float32_whatever_the_default_dtype(mate_standin, seed):
+    sample = sparse_sample("s", heads=8, sinks=True).build()  # padded heads: scratch LSE and sinks
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        out = trtllm_batch_decode_with_kv_cache_mla(**sample.kwargs)
+    finally:
+        torch.set_default_dtype(default)
+    assert_decode_close(out, None, sample.oracle()[0], None)
+
+
+@pytest.mark.parametrize("shape", [(1,), (), (1, 1, 1, 1)], ids=["1", "0-d", "rank4"])
+def test_tensor_bmm2_applied_after_the_kernel(mate_standin, shape, seed):
+    sample = sparse_sample("s", bmm2=torch.full(shape, 0.5)).build()
     out = trtllm_batch_decode_with_kv_cache_mla(**sample.kwargs)
     (call,) = _calls(mate_standin, "sparse_mla_fp8_decode")
     assert call["bmm2_scale"] == 1.0

@@ -6,7 +6,10 @@ when a MUSA tensor is seen. Three failures are told apart:
 - MATE missing: no module ``mate`` at all;
 - an unrelated package named ``mate`` (PyPI's ``mate`` is a unittest matcher library): a
   module ``mate`` exists but has none of MATE's submodules;
-- MATE too old for an op: MATE is there but lacks the function the op needs.
+- MATE too old for an op: MATE is there but lacks the function the op needs;
+
+and a fourth, a MATE module that is there but fails to import (one of its own dependencies
+missing), is said with its import error.
 
 Each raises :class:`flashinfer.utils.LibraryError`. Capabilities are detected by looking for
 functions, never by comparing version strings.
@@ -69,7 +72,14 @@ def _check_installed(op: str) -> None:
 
 
 def find_function(module: str, name: str):
-    """Return ``module.name`` from MATE, or None if MATE or that function is absent."""
+    """Return ``module.name`` from MATE, or None if MATE, that module or that function is absent.
+
+    Raises
+    ------
+    LibraryError
+        The module is installed but fails to import (a dependency of MATE's missing or broken):
+        said with the import error, never taken for an older MATE.
+    """
     key = (module, name)
     if key in _cache:
         return _cache[key]
@@ -77,10 +87,21 @@ def find_function(module: str, name: str):
     if importlib.util.find_spec("mate") is not None and _is_real_mate():
         try:
             fn = getattr(importlib.import_module(module), name, None)
-        except ImportError:
-            fn = None
+        except ModuleNotFoundError as error:
+            missing = error.name or ""
+            if module != missing and not module.startswith(missing + "."):  # not `module` itself
+                raise _broken(module, error) from error
+        except ImportError as error:
+            raise _broken(module, error) from error
     _cache[key] = fn
     return fn
+
+
+def _broken(module: str, error: ImportError) -> LibraryError:
+    return LibraryError(
+        f"MATE's {module} is installed but fails to import ({type(error).__name__}: {error}); "
+        f"repair the MATE installation. {INSTALL_HINT}."
+    )
 
 
 def require_function(module: str, name: str, op: str, since: str = "0.2.6"):

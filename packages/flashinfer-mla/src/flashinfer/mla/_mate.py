@@ -233,7 +233,9 @@ def sparse_decode(call):
     mate_lse = None
     if want_lse:
         mate_lse = (
-            lse.view(rows, heads) if direct_lse else torch.empty((rows, padded_heads), device=query.device)
+            lse.view(rows, heads)
+            if direct_lse
+            else torch.empty((rows, padded_heads), dtype=torch.float32, device=query.device)
         )
     tensor_bmm2 = isinstance(bmm2_scale, torch.Tensor)
     plan = call.plan  # the caller's metadata, planned for this shape; else this call's own
@@ -261,8 +263,9 @@ def sparse_decode(call):
     if sinks is not None:
         # Each sink adds exp(sink) to the denominator: out_with_sink = out * sigmoid(lse - sink).
         factor = torch.sigmoid(mate_lse[:, :heads] - sinks)[..., None]
-    if tensor_bmm2:
-        factor = bmm2_scale if factor is None else factor * bmm2_scale
+    if tensor_bmm2:  # one element of any rank: a scalar, so the in-place product keeps the shape
+        scale = bmm2_scale.reshape(())
+        factor = scale if factor is None else factor * scale
     if factor is not None:
         out_rows.mul_(factor)
     if not direct_out:
@@ -312,7 +315,7 @@ def packed_sparse_decode(call):
     mate_query, mate_indices = _one_token_rows(call, padded_heads, padded_topk)
     mate_sinks = sinks
     if padded_heads != heads and sinks is not None:  # a -inf sink adds nothing
-        mate_sinks = torch.full((padded_heads,), -math.inf, device=query.device)
+        mate_sinks = torch.full((padded_heads,), -math.inf, dtype=torch.float32, device=query.device)
         mate_sinks[:heads] = sinks
     topk_length = None if lengths is None else lengths.clamp(0, topk)
     scheduler, splits = metadata_fn(

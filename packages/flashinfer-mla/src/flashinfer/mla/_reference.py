@@ -172,9 +172,9 @@ def _attend(call, kv, keys, num_keys, unpack=None, sink_in_lse=False) -> None:
     for r0 in range(0, rows, row_chunk):
         r1 = min(rows, r0 + row_chunk)
         q = q_rows[r0:r1].float()
-        best = torch.full((r1 - r0, heads), -math.inf, device=q.device)
-        total = torch.zeros((r1 - r0, heads), device=q.device)
-        acc = torch.zeros((r1 - r0, heads, v_dim), device=q.device)
+        best = q.new_full((r1 - r0, heads), -math.inf)  # float32, like q, whatever the default dtype
+        total = q.new_zeros((r1 - r0, heads))
+        acc = q.new_zeros((r1 - r0, heads, v_dim))
         for k0 in range(0, num_keys, key_chunk):
             k1 = min(num_keys, k0 + key_chunk)
             index, valid = keys(r0, r1, k0, k1)
