@@ -392,6 +392,13 @@ def groupwise_errors():
             "mubin without output_scale", base, {"backend": "mubin"}, BackendSupportedError, "output_scale"
         ),
         _error(
+            "mudnn with output_scale",
+            base,
+            {"backend": "mudnn", "output_scale": torch.empty(m, 2)},
+            BackendSupportedError,
+            "`output_scale`.*mudnn",
+        ),
+        _error(
             "output_scale with bf16",
             base,
             {"output_scale": torch.empty(m, 2), "out_dtype": BF16},

@@ -97,6 +97,15 @@ GEMM_FP8_NT_GROUPWISE = BackendTable(
                 lambda mode, granularity, k, output_scale: str(granularity),
             ),
         ),
+        "mudnn": (
+            Rule(
+                "output_scale",
+                "None: 'mudnn' writes bf16/fp16 output (use backend 'mubin' or 'auto' for FP8 output)",
+                lambda mode, granularity, k, output_scale: output_scale is None,
+                lambda mode, granularity, k, output_scale: "a tensor",
+                BackendSupportedError,
+            ),
+        ),
         "mubin": (
             Rule(
                 "output_scale",

@@ -132,7 +132,8 @@ def gemm_fp8_nt_groupwise(
         when ``output_scale`` is given.
     backend : str
         FlashInfer's ``"cutlass"`` (default), ``"trtllm"``, ``"cutile"``, or MATE's ``"auto"``,
-        ``"mudnn"``, ``"mubin"`` (needs ``output_scale``). Every name runs on every device.
+        ``"mudnn"`` (bf16/fp16 output only), ``"mubin"`` (needs ``output_scale``). Every name
+        runs on every device.
     output_scale : torch.Tensor, optional
         An extension: when given, the output is FP8 E4M3 and this float32 contiguous
         ``[m, ceil(n/128)]`` tensor is *written* with one dequantization scale per 1 x 128 block
@@ -164,7 +165,7 @@ def gemm_fp8_nt_groupwise(
     TypeError
         ``scale_granularity_mnk`` that is not a sequence.
     flashinfer.utils.BackendSupportedError
-        ``backend="mubin"`` without ``output_scale``.
+        ``backend="mubin"`` without ``output_scale``, ``backend="mudnn"`` with it.
 
     Notes
     -----
