@@ -53,6 +53,12 @@ def reject_parallel_options(enable_dcp, cp_world, cp_rank, causal_seqlens_kv_glo
     raise ValueError("cp_world, cp_rank and causal_seqlens_kv_global need enable_dcp=True")
 
 
+def reject_topk(topk: int) -> NoReturn:
+    """Raise FlashInfer's C++ error for a ``sparse_mla_top_k`` that is not a multiple of 4 (the
+    caller tests that), where the decode and its metadata meet it."""
+    raise RuntimeError(f"SparseMlaTopK must be a multiple of 4, got sparse_mla_top_k={topk}")
+
+
 def check_decode_scale(scale, name: str, device: torch.device) -> float | torch.Tensor:
     """A finite Python float (ints become floats), or a one-element float32 tensor on ``device``."""
     if type(scale) is float and math.isfinite(scale):

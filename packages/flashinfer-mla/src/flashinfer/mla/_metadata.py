@@ -16,6 +16,7 @@ import torch
 from .._core.checks import describe, fail, require_tensors
 from .._core.compile import is_compiling
 from ..api_logging import flashinfer_api
+from ._checks import reject_topk
 from ._dispatch import DISPATCH
 
 __all__ = ["DecodeMetadata", "get_batch_decode_metadata_mla"]
@@ -156,7 +157,7 @@ def get_batch_decode_metadata_mla(
     if not isinstance(sparse_mla_top_k, int) or sparse_mla_top_k < 0:
         fail(ValueError, "sparse_mla_top_k", "a non-negative int", describe(sparse_mla_top_k))
     if sparse_mla_top_k % 4:  # the decode's rule, said where the object is made
-        raise RuntimeError(f"SparseMlaTopK must be a multiple of 4, got sparse_mla_top_k={sparse_mla_top_k}")
+        reject_topk(sparse_mla_top_k)
     batch, q_len, heads = metadata_config(query)
     if query.dim() == 4 and seq_lens.shape not in ((batch,), (batch, q_len), (batch * q_len,)):
         # [batch] KV lengths, or the packed form's one length per query token

@@ -87,7 +87,7 @@ def check(
     if topk_lens is not None and not native:
         raise ValueError("sparse_mla_top_k_lens is only supported with the native (512, 0) MLA dimensions")
     if sparse and topk % 4:
-        raise RuntimeError(f"SparseMlaTopK must be a multiple of 4, got sparse_mla_top_k={topk}")
+        _checks.reject_topk(topk)
     if sparse and skip_softmax_threshold_scale_factor is not None:
         raise ValueError("skip_softmax is not supported for sparse MLA")
     if not uses_shared_paged_kv_idx:
