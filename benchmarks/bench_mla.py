@@ -44,6 +44,7 @@ import functools
 import json
 import math
 import os
+import sys
 import time
 
 import torch
@@ -268,7 +269,14 @@ def packed_error(case, out) -> float:
 
 def flashmla_decode(case):
     """FlashMLA's sparse FP8 decode on the case's bytes; ``(call, heads it runs)``."""
-    import flash_mla
+    # a sparse-decode-only build (flashmla_anchor.sh, FLASHMLA_PART=sparse-decode) may leave
+    # functions of the units it skips unresolved: they are bound when called, and never are
+    flags = sys.getdlopenflags()
+    sys.setdlopenflags(os.RTLD_LAZY)
+    try:
+        import flash_mla
+    finally:
+        sys.setdlopenflags(flags)
 
     query = case["query"]
     batch, q_len, heads, _ = query.shape
@@ -420,9 +428,10 @@ def tune_one(copy_bw, rows, kind, case, batch, heads, tile, splits):
 # ----------------------------------------------------------------------------- RoPE
 
 
-def rope_case(tokens, heads=128):
+def rope_case(tokens, heads=128, with_record=True):
     """sglang's call: transposed q_nope, q_rope sliced from [T, H, 192], 2-D K slices of a
-    576-wide latent row, q outputs as slices of one [T, H, 576] FP8 buffer."""
+    576-wide latent row, q outputs as slices of one [T, H, 576] FP8 buffer; ``(public kwargs, our
+    internal record (None without ``with_record``: upstream's process), bytes moved)``."""
     dev = "cuda"
     q_nope = torch.randn(heads, tokens, D_V, dtype=torch.bfloat16, device=dev).transpose(0, 1)
     q_rope = torch.randn(tokens, heads, 192, dtype=torch.bfloat16, device=dev)[..., 128:]
@@ -441,13 +450,15 @@ def rope_case(tokens, heads=128):
         "quantize_dtype": torch.float8_e4m3fn, "q_rope_out": q_out[..., D_V:], "k_rope_out": k_rope_out,
         "q_nope_out": q_out[..., :D_V], "k_nope_out": k_nope_out,
     }  # fmt: skip
+    nbytes = tokens * (heads + 1) * DIM * (2 + 1)
+    if not with_record:
+        return public, None, nbytes
     from flashinfer.mla._args import Rope
 
     internal = Rope(
         q_rope, k_rope, q_nope, k_nope, cos_sin, pos, False, 1.0, 1.0,
         q_out[..., D_V:], k_rope_out, q_out[..., :D_V], k_nope_out,
     )  # fmt: skip
-    nbytes = tokens * (heads + 1) * DIM * (2 + 1)
     return public, internal, nbytes
 
 
@@ -481,7 +492,7 @@ def bench_rope(copy_bw, rows, upstream=False):
     import flashinfer.rope
 
     for tokens in (1, 128, 1024, 4096, 16384):
-        public, internal, nbytes = rope_case(tokens)
+        public, internal, nbytes = rope_case(tokens, with_record=not upstream)
 
         def api(public=public):
             flashinfer.rope.mla_rope_quantize_fp8(**public)

@@ -13,6 +13,10 @@
 #       jobs, one nvcc thread each (one architecture: nvcc's --threads has nothing to split).
 #       About 30 translation units, CUTLASS-heavy; expect 8-15 minutes on 16 cores. If a
 #       10-minute command limit cuts it, run `build` again: ninja resumes from the finished objects.
+#       FLASHMLA_PART=sparse-decode builds only what `flash_mla_with_kvcache(indices=...)` runs
+#       (the sparse decode kernels, their scheduler and combine, and the sm100 decode units its
+#       dispatcher names) behind a module that binds `sparse_decode_fwd` alone: 10 units, all
+#       compiled at once on 16 cores, a few minutes, so it fits beside other work in one call.
 #       Then: PYTHONPATH=benchmarks/.anchor-build/FlashMLA:... python3 benchmarks/bench_mla.py --packed --flashmla
 set -euo pipefail
 
@@ -52,12 +56,46 @@ build() {
         cp "$anchor/FLASHMLA_COMMIT" "$build/FlashMLA/"
     fi
     cd "$build/FlashMLA"
+    if [ "${FLASHMLA_PART:-all}" = sparse-decode ]; then sparse_decode_only; fi
     export FLASH_MLA_DISABLE_SM100=1 TORCH_CUDA_ARCH_LIST=9.0a NVCC_THREADS=1
     export MAX_JOBS=${MAX_JOBS:-$(nproc)}
     local start=$SECONDS
     python3 setup.py build_ext --inplace 2>&1 | grep -v "^ptxas info\|bytes stack frame\|Compiling entry\|Function properties\|Used [0-9]* registers" || true
     python3 -c "import flash_mla, torch; print('flash_mla built:', flash_mla.__file__)"
     echo "build took $((SECONDS - start)) s"
+}
+
+sparse_decode_only() {
+    # a module binding sparse_decode_fwd alone, and setup.py's sources cut to what it needs
+    cat > csrc/api/sparse_decode_api.cpp << 'CPP'
+#include <pybind11/pybind11.h>
+
+#include "sparse_decode.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.doc() = "FlashMLA, sparse decode only";
+    m.def("sparse_decode_fwd", &sparse_attn_decode_interface);
+}
+CPP
+    python3 - << 'PY'
+import re
+setup = open("setup.py").read()
+sources = [
+    "csrc/api/sparse_decode_api.cpp",
+    "csrc/smxx/decode/get_decoding_sched_meta/get_decoding_sched_meta.cu",
+    "csrc/smxx/decode/combine/combine.cu",
+    "csrc/sm90/decode/sparse_fp8/instantiations/model1_persistent_h64.cu",
+    "csrc/sm90/decode/sparse_fp8/instantiations/model1_persistent_h128.cu",
+    "csrc/sm90/decode/sparse_fp8/instantiations/v32_persistent_h64.cu",
+    "csrc/sm90/decode/sparse_fp8/instantiations/v32_persistent_h128.cu",
+    "csrc/sm100/decode/head64/instantiations/v32.cu",
+    "csrc/sm100/decode/head64/instantiations/model1.cu",
+    "csrc/sm100/prefill/sparse/fwd_for_small_topk/head128/instantiations/phase1_decode_k512.cu",
+]
+setup, count = re.subn(r"sources=\[.*?\],", "sources=" + repr(sources) + ",", setup, count=1, flags=re.S)
+assert count == 1, "setup.py's sources list was not found"
+open("setup.py", "w").write(setup)
+PY
 }
 
 case ${1:-} in
