@@ -13,8 +13,8 @@ accepted shape, 10 us for a decode call with metadata, 10 us for RoPE, with call
 outputs (the serving calls). Rows without a budget are shown for information.
 
 Against an older commit (``--baseline REV``): this checkout's and REV's packages each run their
-own copy of this script in fresh processes, alternately (``--repeat`` times each, best per row),
-on the same machine in the same run; rows gain ``baseline_us``. Both trees come from
+own copy of this script in fresh processes, alternately in ABBA order (``--repeat`` times each,
+best per row), on the same machine in the same run; rows gain ``baseline_us``. Both trees come from
 ``packages/*/src`` of their checkout (REV through ``git archive``), not from what is installed.
 
 Run: ``python benchmarks/host_overhead.py [--iters N] [--json PATH] [--baseline REV [--repeat N]]``.
@@ -265,7 +265,7 @@ def _checkout_rows(tree: Path, args, out: Path) -> dict:
 
 def against_baseline(args) -> list[dict]:
     """This checkout's rows with ``baseline_us`` from commit ``args.baseline`` (best of
-    ``args.repeat`` alternate runs each; rows the baseline lacks get None)."""
+    ``args.repeat`` alternate runs each, ABBA; rows the baseline lacks get None)."""
     with tempfile.TemporaryDirectory() as folder:
         base = Path(folder, "baseline")
         base.mkdir()
@@ -278,8 +278,11 @@ def against_baseline(args) -> list[dict]:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(base, filter="data")
         ours, theirs = {}, {}
+        pair = ((ROOT, ours), (base, theirs))
         for i in range(args.repeat):
-            for tree, best in ((ROOT, ours), (base, theirs)):
+            # ABBA order: neither tree always runs first, so a drift of the machine over the run
+            # (or a cost of going first) falls on both alike
+            for tree, best in pair if i % 2 == 0 else pair[::-1]:
                 for key, us in _checkout_rows(tree, args, Path(folder, f"run{i}.json")).items():
                     best[key] = min(best.get(key, float("inf")), us)
     return [
