@@ -114,18 +114,20 @@ class Dispatcher:
         """The implementation module for ``device``; cached per device (a dict lookup)."""
         if self._routing is not ROUTING:
             self._resolve(device)
-        module = self._modules.get(device)
-        return module if module is not None else self._resolve(device)
+        try:  # a subscript, not `.get`: no method call on every op's path (host time)
+            return self._modules[device]
+        except KeyError:
+            return self._resolve(device)
 
     def kind(self, device: torch.device) -> str:
         """The implementation kind (``reference``, ``cuda``, ``mate``) :meth:`module` serves."""
         if self._routing is not ROUTING:
             self._resolve(device)
-        kind = self._kinds.get(device)
-        if kind is None:
+        try:
+            return self._kinds[device]
+        except KeyError:
             self._resolve(device)
-            kind = self._kinds[device]
-        return kind
+            return self._kinds[device]
 
     def _resolve(self, device: torch.device) -> ModuleType:
         if self._routing is not ROUTING:
