@@ -35,7 +35,8 @@ def _check_bmm_fp8_scale(scale, arg: str, device, batch: int, rows: int) -> None
     if scale.dtype != FLOAT32 or scale.device != device:
         check_scale(scale, arg, None, device, "A")
     ndim = scale.dim()
-    if ndim <= 1 and scale.numel() == 1:  # per-tensor, () or (1,): the common case, read first
+    # per-tensor first, the common case: () needs no numel (a C call, host time), (1,) one
+    if ndim == 0 or (ndim == 1 and scale.numel() == 1):
         return
     shape = scale.shape
     if not (
@@ -136,7 +137,11 @@ def _make_bmm(
             require_tensors(A_scale=A_scale, B_scale=B_scale)
         if out is None:  # sizes as arguments (docs/internals.md, host time)
             out = torch.empty(a_shape[0], a_shape[1], b_shape[2], dtype=dtype, device=device)
-        return run(DISPATCH.module(device).bmm, Bmm._make((A, B, out, A_scale, B_scale)), a_shape[2])
+        call = Bmm._make((A, B, out, A_scale, B_scale))
+        if a_shape[2] and out.numel():  # the usual call, launched here: run()'s frame is host time
+            DISPATCH.module(device).bmm(call)
+            return out
+        return run(DISPATCH.module(device).bmm, call, a_shape[2])
 
     return bmm
 
