@@ -136,8 +136,11 @@ def check_page_stride(kv_cache, row: str) -> None:
     """Sparse decode reads the cache as one flat pool of rows one row stride apart (a view, never
     a copy), each page's padding rows included: the page stride must be a whole number of row
     strides, at least ``page_size`` of them (FlashMLA pads each page by a row)."""
-    pages, page_size = kv_cache.shape[0], kv_cache.shape[-2]
-    page_stride, row_stride = kv_cache.stride(0), kv_cache.stride(-2)
+    # the shape and stride tuples, each read once: `stride(dim)` parses its argument, at several
+    # times the cost of the tuple (host time)
+    shape, strides = kv_cache.shape, kv_cache.stride()
+    pages, page_size = shape[0], shape[-2]
+    page_stride, row_stride = strides[0], strides[-2]
     if pages > 1 and page_size > 1 and (page_stride % row_stride or page_stride < page_size * row_stride):
         expected = (
             f"pages a whole number of rows apart (page stride a multiple of the row stride, at least "

@@ -10,6 +10,7 @@ this call.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -52,14 +53,7 @@ class DecodeMetadata:
 
     def check(self, batch: int, q_len: int, heads: int, topk: int, device: torch.device, kind: str) -> None:
         """Raise ``ValueError`` naming the first field that differs from this call's."""
-        if (self.batch, self.q_len, self.heads, self.topk, self.kind, self.device) == (
-            batch,
-            q_len,
-            heads,
-            topk,
-            kind,
-            device,
-        ):
+        if self._config == (batch, q_len, heads, topk, kind, device):
             return
         call = {"batch": batch, "q_len": q_len, "heads": heads, "topk": topk, "device": device, "kind": kind}
         for field, value in call.items():
@@ -69,6 +63,12 @@ class DecodeMetadata:
                     f"call has {field}={value!r}; prepare it again with "
                     f"get_batch_decode_metadata_mla for this configuration"
                 )
+
+    @cached_property
+    def _config(self) -> tuple:
+        """The fields :meth:`check` compares, in its order, as one tuple: read once per object,
+        not on every decode call (host time)."""
+        return (self.batch, self.q_len, self.heads, self.topk, self.kind, self.device)
 
 
 def check_metadata(metadata, batch: int, q_len: int, heads: int, topk: int, device: torch.device) -> None:
