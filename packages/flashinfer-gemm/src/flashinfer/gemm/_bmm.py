@@ -39,11 +39,7 @@ def _check_bmm_fp8_scale(scale, arg: str, device, batch: int, rows: int) -> None
     if ndim == 0 or (ndim == 1 and scale.numel() == 1):
         return
     shape = scale.shape
-    if not (
-        ndim == 3
-        and shape[0] == batch
-        and ((shape[1] == rows and shape[2] == 1) or (shape[1] == 1 and shape[2] == rows))
-    ):
+    if shape != (batch, rows, 1) and shape != (batch, 1, rows):  # channelwise: whole-shape tests
         expected = (
             f"shape (), (1,), ({batch}, {rows}, 1) or ({batch}, 1, {rows}) (per-tensor or channelwise scale)"
         )
@@ -102,19 +98,21 @@ def _make_bmm(
                     fail(KernelCheckError, "A", "a 3-D tensor (batch, m, k) (shape mismatch)", A)
                 if len(b_shape) != 3:
                     fail(KernelCheckError, "B", "a 3-D tensor (batch, k, n) (shape mismatch)", B)
-                if b_shape[0] != a_shape[0] or b_shape[1] != a_shape[2]:
-                    expected = f"shape ({a_shape[0]}, {a_shape[2]}, n) (batch and k of `A`; incompatible matrix sizes)"
+                # unpacked once: each subscript of a torch.Size costs host time
+                (batch, m, k), (b_batch, b_k, n) = a_shape, b_shape
+                if b_batch != batch or b_k != k:
+                    expected = f"shape ({batch}, {k}, n) (batch and k of `A`; incompatible matrix sizes)"
                     fail(KernelCheckError, "B", expected, f"shape {tuple(b_shape)}")
                 if B.device != device:
                     check_device(B, "B", device, "A")
                 if out is not None:
-                    shape = (a_shape[0], a_shape[1], b_shape[2])
+                    shape = (batch, m, n)
                     if out.shape != shape or out.dtype != dtype or out.device != device:
                         check_out(out, shape, dtype, device, f"with `{dtype_arg}`", shape_error)
                     check_no_overlap(out, "out", _INPUTS, A, B, A_scale, B_scale)
                 if scaled:
-                    _check_bmm_fp8_scale(A_scale, "A_scale", device, a_shape[0], a_shape[1])
-                    _check_bmm_fp8_scale(B_scale, "B_scale", device, a_shape[0], b_shape[2])
+                    _check_bmm_fp8_scale(A_scale, "A_scale", device, batch, m)
+                    _check_bmm_fp8_scale(B_scale, "B_scale", device, batch, n)
                     if backend in rules:
                         table.enforce(backend, a_dtype, b_dtype)
                 elif backend in rules:
