@@ -76,7 +76,7 @@ def main():
     os.environ["FLASHINFER_KERNEL_TIER"] = "gluon"
     if args.variants:
         configs = []
-        bf16_configs = [glu.GluonDecodeConfig(32, 2)]
+        bf16_configs = [glu.GluonDecodeConfig(block_n=32, stages=2, max_slack_log2=0.0)]
         default = (glu.FP8_CONFIG, glu.BF16_CONFIG)
         for kind, batch, heads, q_len in VARIANT_SHAPES:
             case = bench_mla.sparse_case(batch, heads, q_len, bench_mla.DTYPES[kind])

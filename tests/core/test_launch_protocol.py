@@ -98,6 +98,18 @@ def _gluon_decode_packed_mode(launch: dict) -> dict:
     return {**launch, "kwargs": {**launch["kwargs"], **added}}
 
 
+def _gluon_decode_exact_bf16_max(launch: dict) -> dict:
+    """The Gluon decode raises a BF16 row's running maximum exactly (issue 30: one bf16 ``P``
+    meets upstream's BF16 bound once the largest ``P`` is exactly 1, and the second ``P V`` of
+    the two-part ``P`` cost 12% at B128 H128): ``P_PARTS`` is gone (one part everywhere),
+    ``MAX_SLACK_LOG2`` is passed (0 for BF16 rows, the lazy 8 for FP8 and the packed form)."""
+    if launch["launcher"] != DECODE_LAUNCHERS[1]:
+        return launch
+    kwargs = {key: value for key, value in launch["kwargs"].items() if key != "P_PARTS"}
+    bf16 = launch["args"][0]["dtype"] == "torch.bfloat16" and not kwargs["PACKED"]
+    return {**launch, "kwargs": {**kwargs, "MAX_SLACK_LOG2": {"float": "0.0" if bf16 else "8.0"}}}
+
+
 GEMM_KERNEL_FAMILIES = {"fp8_bmm": "bmm", "gluon_fp8_bmm": "bmm"} | dict.fromkeys(
     ("fp8_blockwise", "gluon_fp8_blockwise", "fp8_quantize"), "blockwise"
 )
@@ -122,6 +134,7 @@ CHANGES = [
     _decode_cache_by_pointer,
     _decode_qk_precision,
     _gluon_decode_packed_mode,
+    _gluon_decode_exact_bf16_max,
     _gemm_kernels_in_family_folders,
 ]
 # What is compared of both records (why, launch -> what is compared).

@@ -81,7 +81,7 @@ def _compile(variant):
         "D_V": 512, "D_ROPE": 64, "PAGE_SIZE": page, "BLOCK_N": config.block_n, "STAGES": config.stages,
         "SPLIT": split, "HAS_SINKS": extras, "HAS_LSE": True, "SCALE1_ON_DEVICE": extras,
         "SCALE2_ON_DEVICE": extras, "SLOT_PAGE": slot_page,
-        "QK_CHAINS": kernels.QK_CHAINS_FP8 if dtype == "e4m3" else 1, "P_PARTS": config.p_parts,
+        "QK_CHAINS": kernels.QK_CHAINS_FP8 if dtype == "e4m3" else 1, "MAX_SLACK_LOG2": config.max_slack_log2,
         "PACKED": dtype == "packed", "LENGTH_MODE": 1 if dtype == "packed" else 0, "SINK_IN_LSE": dtype == "packed",
     }  # fmt: skip
     # what the launch specializes on: 16-byte aligned pointers and row strides (the launcher

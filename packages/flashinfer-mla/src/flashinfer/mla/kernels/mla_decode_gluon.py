@@ -21,11 +21,12 @@ fill the M of a wgmma; fewer heads are padded). Its twelve warps form three part
   from a fresh accumulator and added in float32, because Hopper keeps an FP8 chain's running
   sum at reduced precision), bias, online softmax in the exp2 domain, and
   ``P`` into a double-buffered shared tile for both warpgroups. The running maximum is raised
-  only when a row's grows by more than 2^8 (so ``P <= 256``); only then is the output rescaled,
-  by a factor handed over with ``P``. With a lazy maximum no ``P`` is exactly 1, so its rounding
-  reaches the output even where one key dominates: FP8 rows take ``P`` in fp16 (11 bits), BF16
-  rows as two bf16 parts ``P = hi + lo`` (16 bits, two ``P V`` products): a single bf16 ``P``
-  failed upstream's BF16 bound (``8e-4 + 2e-2 |ref|``) on elements near 0.
+  (and the output rescaled, by a factor handed over with ``P``) only when some row's grows by
+  more than ``2^max_slack_log2`` (:class:`GluonDecodeConfig`). FP8 rows take it lazily (2^8, so
+  ``P <= 256``) with ``P`` in fp16 (11 bits). BF16 rows raise it exactly, so a row's largest
+  ``P`` is exactly 1 and never rounded where one key dominates, and take ``P`` in bf16: with a
+  lazy maximum one bf16 ``P`` failed upstream's BF16 bound (``8e-4 + 2e-2 |ref|``) on elements
+  near 0, and two parts (``hi + lo``) cost a second ``P V`` (12% at B128 H128).
 - **output** (the second warpgroup) and score each own half of the output columns: ``O[:, h] +=
   P V[:, h]`` as a 16-bit wgmma reading ``P`` from shared memory. FP8 rows are converted to
   fp16 first (exact: every e4m3 value is an fp16 value), each warpgroup its own half, and the
@@ -84,8 +85,6 @@ from .mla_decode_shared import (
 
 LOG2E = gl.constexpr(constants.LOG2E)
 BLOCK_H = gl.constexpr(64)  # heads a program takes: the M of one wgmma
-# the running maximum is raised lazily: P = 2^(s - m) stays <= 2^RESCALE_LOG2 (fp16 holds it)
-RESCALE_LOG2 = gl.constexpr(8.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,21 +97,23 @@ class GluonDecodeConfig:
         Keys a stage holds.
     stages : int
         Depth of the gather ring.
-    p_parts : int
-        16-bit tiles ``P`` is handed over in: 1, or 2 (bf16 ``hi + lo``, 16 bits of ``P``).
+    max_slack_log2 : float
+        How far (log2) a row's maximum may grow before the running maximum is raised (and the
+        output rescaled): ``P <= 2^max_slack_log2``; 0 raises it exactly, so ``P <= 1`` and the
+        largest ``P`` of a row is exactly 1.
     """
 
     block_n: int
     stages: int
-    p_parts: int
+    max_slack_log2: float
 
 
 # Shared memory (of 227 KB): FP8 holds the query (36 KB), two 36 KB stages, the two fp16 halves
 # of V (64 KB) and two P tiles (16 KB); BF16 holds a 72 KB query, three 36 KB stages of 32 keys
-# and two P tiles of two parts (16 KB). The packed form's budget is in the kernel's docstring.
-FP8_CONFIG = GluonDecodeConfig(block_n=64, stages=2, p_parts=1)
-BF16_CONFIG = GluonDecodeConfig(block_n=32, stages=3, p_parts=2)
-PACKED_CONFIG = GluonDecodeConfig(block_n=32, stages=2, p_parts=1)
+# and two P tiles (8 KB). The packed form's budget is in the kernel's docstring.
+FP8_CONFIG = GluonDecodeConfig(block_n=64, stages=2, max_slack_log2=8.0)
+BF16_CONFIG = GluonDecodeConfig(block_n=32, stages=3, max_slack_log2=0.0)
+PACKED_CONFIG = GluonDecodeConfig(block_n=32, stages=2, max_slack_log2=8.0)
 # the packed gather copies a block's raw bytes this many blocks before it dequantizes them (a
 # ring of RAW_LAG + 1 raw blocks): the copies of two blocks are in flight while one is converted
 RAW_LAG = gl.constexpr(2)
@@ -316,10 +317,9 @@ def _copy_v_half(v_fp8, v16, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
-def _p_times_v(p_ring, buf, v, acc, P_PARTS: gl.constexpr):
-    # acc += P V over the parts of P in buffer `buf`, waited for within the iteration
-    for part in gl.static_range(P_PARTS):
-        acc = warpgroup_mma(p_ring.index(buf * P_PARTS + part), v, acc, is_async=True)
+def _p_times_v(p_ring, buf, v, acc):
+    # acc += P V with P in buffer `buf`, waited for within the iteration
+    acc = warpgroup_mma(p_ring.index(buf), v, acc, is_async=True)
     return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
 
@@ -370,9 +370,9 @@ def _score_partition(
     part_ptr, part_lse_ptr, head0, num_heads,
     D_V: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
     HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr, QK_CHAINS: gl.constexpr, SINK_IN_LSE: gl.constexpr,
+    MAX_SLACK_LOG2: gl.constexpr,
 ):  # fmt: skip
     FP8: gl.constexpr = q_lat.dtype.primitive_bitwidth == 8
-    P_PARTS: gl.constexpr = p_ring.shape[0] // 2  # the kernel's choice: parts of P per buffer
     D_HALF: gl.constexpr = D_V // 2
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 256 // q_lat.dtype.primitive_bitwidth]
@@ -401,11 +401,12 @@ def _score_partition(
         if FP8:
             mbarrier.arrive(empty.index(stage), count=1)
 
-        # online softmax with a lazily raised maximum; a row with nothing seen yet keeps -inf
+        # online softmax, the maximum raised as MAX_SLACK_LOG2 lets; a row with nothing seen yet
+        # keeps -inf
         bias = bias_ring.index(stage).load(gl.SliceLayout(0, s_layout))
         s = s * scale_log2 + bias[None, :]
         m_new = gl.maximum(m_i, gl.max(s, 1))
-        raise_max = gl.max((m_new > m_i + RESCALE_LOG2).to(gl.int32), 0) > 0
+        raise_max = gl.max((m_new > m_i + MAX_SLACK_LOG2).to(gl.int32), 0) > 0
         alpha = gl.full([BLOCK_H], 1.0, gl.float32, layout=row_s)
         if raise_max:
             alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
@@ -416,10 +417,7 @@ def _score_partition(
 
         # hand P (and the rescale factor, when the maximum rose) to the output warpgroup
         mbarrier.wait(p_free.index(buf), ((block // 2) & 1) ^ 1)
-        p_hi = p.to(p_ring.dtype)
-        p_ring.index(buf * P_PARTS).store(p_hi)
-        if P_PARTS == 2:  # what bf16 rounded off, as a second bf16 tile
-            p_ring.index(buf * P_PARTS + 1).store((p - p_hi.to(gl.float32)).to(p_ring.dtype))
+        p_ring.index(buf).store(p.to(p_ring.dtype))
         alpha_ring.index(buf).store(gl.where(raise_max, alpha, -1.0))
         fence_async_shared()
         mbarrier.arrive(p_ready.index(buf), count=1)
@@ -427,9 +425,9 @@ def _score_partition(
         if raise_max:
             acc = acc * gl.convert_layout(alpha, row_o)[:, None]
         if FP8:
-            acc = _p_times_v(p_ring, buf, v16, acc, P_PARTS)
+            acc = _p_times_v(p_ring, buf, v16, acc)
         else:
-            acc = _p_times_v(p_ring, buf, lat.slice(0, D_HALF, dim=1), acc, P_PARTS)
+            acc = _p_times_v(p_ring, buf, lat.slice(0, D_HALF, dim=1), acc)
         if not FP8:
             mbarrier.arrive(empty.index(stage), count=1)  # P V has read the BF16 stage
 
@@ -489,7 +487,6 @@ def _output_partition(
     D_V: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
 ):  # fmt: skip
     FP8: gl.constexpr = lat_ring.dtype.primitive_bitwidth == 8
-    P_PARTS: gl.constexpr = p_ring.shape[0] // 2
     D_HALF: gl.constexpr = D_V // 2
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D_HALF, 16]
@@ -511,9 +508,9 @@ def _output_partition(
             acc = acc * alpha[:, None]
         fence_async_shared()
         if FP8:
-            acc = _p_times_v(p_ring, buf, v16, acc, P_PARTS)
+            acc = _p_times_v(p_ring, buf, v16, acc)
         else:
-            acc = _p_times_v(p_ring, buf, v_half, acc, P_PARTS)
+            acc = _p_times_v(p_ring, buf, v_half, acc)
         mbarrier.arrive(p_free.index(buf), count=1)
         if not FP8:
             mbarrier.arrive(empty.index(stage), count=1)
@@ -539,8 +536,8 @@ def mla_decode_gluon_kernel(
     D_V: gl.constexpr, D_ROPE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SPLIT: gl.constexpr, HAS_SINKS: gl.constexpr, HAS_LSE: gl.constexpr,
     SCALE1_ON_DEVICE: gl.constexpr, SCALE2_ON_DEVICE: gl.constexpr, QK_CHAINS: gl.constexpr,
-    P_PARTS: gl.constexpr, SLOT_PAGE: gl.constexpr = 0, PACKED: gl.constexpr = False,
-    LENGTH_MODE: gl.constexpr = 0, SINK_IN_LSE: gl.constexpr = False,
+    SLOT_PAGE: gl.constexpr = 0, PACKED: gl.constexpr = False,
+    LENGTH_MODE: gl.constexpr = 0, SINK_IN_LSE: gl.constexpr = False, MAX_SLACK_LOG2: gl.constexpr = 8.0,
 ):  # fmt: skip
     # program -> (head block, split, query token), as in mla_decode_kernel
     pid = gl.program_id(0)
@@ -606,9 +603,9 @@ def mla_decode_gluon_kernel(
     v16_cols: gl.constexpr = D_V // 2 if FP8 else 64
     v16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([v16_rows, v16_cols], gl.float16)
     v16 = gl.allocate_shared_memory(gl.float16, [2, v16_rows, v16_cols], v16_layout)
-    p_ring = gl.allocate_shared_memory(  # two buffers of P's parts
+    p_ring = gl.allocate_shared_memory(  # two buffers of P
         p_dtype,
-        [2 * P_PARTS, BLOCK_H, BLOCK_N],
+        [2, BLOCK_H, BLOCK_N],
         gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], p_dtype),
     )
     alpha_ring = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], vec_smem)
@@ -656,7 +653,7 @@ def mla_decode_gluon_kernel(
                  p_ready, p_free, o_scale_smem, done,
                  start, end, scale_log2, sinks_ptr, scale2, out_row, stride_oh, lse_row, stride_lh,
                  part_ptr, part_lse_ptr, head0, num_heads,
-                 D_V, BLOCK_N, STAGES, SPLIT, HAS_SINKS, HAS_LSE, QK_CHAINS, SINK_IN_LSE),
+                 D_V, BLOCK_N, STAGES, SPLIT, HAS_SINKS, HAS_LSE, QK_CHAINS, SINK_IN_LSE, MAX_SLACK_LOG2),
             ),
             (
                 _output_partition,
@@ -716,8 +713,9 @@ def mla_decode(
         D_V=d_v, D_ROPE=dim - d_v, PAGE_SIZE=rows.page_size, BLOCK_N=config.block_n, STAGES=config.stages,
         SPLIT=num_splits > 1, HAS_SINKS=call.sinks is not None, HAS_LSE=call.lse is not None,
         SCALE1_ON_DEVICE=host.scale1_on_device, SCALE2_ON_DEVICE=host.scale2_on_device,
-        QK_CHAINS=QK_CHAINS_FP8 if fp8 else 1, P_PARTS=config.p_parts, SLOT_PAGE=rows.slot_page,
-        PACKED=packed, LENGTH_MODE=lengths.value, SINK_IN_LSE=packed, num_warps=4, maxnreg=168,
+        QK_CHAINS=QK_CHAINS_FP8 if fp8 else 1, SLOT_PAGE=rows.slot_page,
+        PACKED=packed, LENGTH_MODE=lengths.value, SINK_IN_LSE=packed, MAX_SLACK_LOG2=config.max_slack_log2,
+        num_warps=4, maxnreg=168,
     )  # fmt: skip
     if num_splits > 1:
         # the 576-wide form's LSE leaves the sinks out, the packed form's takes them in
