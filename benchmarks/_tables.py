@@ -109,6 +109,48 @@ def packed_markdown(meta, rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ----------------------------------------------------------------------------- eager_calls.py
+
+# each call of eager_calls.py: (its anchor, the target of issue 32: ours / anchor at most)
+EAGER_CALLS = {
+    "mla_rope_quantize_fp8, 1 token": ("upstream", 0.8),
+    "bmm_fp8, m=1 n=2112 k=7168": ("upstream", 0.8),
+    "fp8_blockscale_gemm_sm90, BF16 input, m=1 n=2112 k=7168": ("upstream", 0.8),
+    "fp8_blockscale_gemm_sm90, FP8 input, m=1 n=2112 k=7168": ("upstream", 0.8),
+    "sparse decode B1 H128 top-k 2048": ("FlashMLA", 1.0),
+}
+
+
+def eager_calls_table(rows) -> str:
+    """Each call's eager wall time, its anchor's, the ratio and issue 32's target.
+
+    Parameters
+    ----------
+    rows : list of dict
+        ``{"op", "impl", "wall_us"}`` rows of ``eager_calls.py`` runs (ours, upstream, FlashMLA).
+
+    Returns
+    -------
+    str
+        A Markdown table; an anchor with no row reads "not run".
+    """
+    us = {(r["op"], r["impl"]): r["wall_us"] for r in rows}
+    lines = [
+        "| call | ours (us) | anchor | anchor (us) | ours / anchor | target |",
+        "|---|---|---|---|---|---|",
+    ]
+    for op, (anchor, target) in EAGER_CALLS.items():
+        ours, theirs = us.get((op, "ours")), us.get((op, anchor))
+        if ours is None or theirs is None:
+            ratio, verdict, theirs_text = "-", "not run", "-" if theirs is None else f"{theirs:.1f}"
+        else:
+            ratio, theirs_text = f"{ours / theirs:.2f}x", f"{theirs:.1f}"
+            verdict = "met" if ours / theirs <= target else "missed"
+        ours_text = "-" if ours is None else f"{ours:.1f}"
+        lines.append(f"| {op} | {ours_text} | {anchor} | {theirs_text} | {ratio} | <= {target}x: {verdict} |")
+    return "\n".join(lines)
+
+
 def plot(rows, path):
     """Two panels: sparse decode's floor / time by batch (q_len 1) and RoPE's share of the copy
     bandwidth by tokens, from ``bench_mla.py`` rows; written to ``path`` (needs matplotlib)."""

@@ -55,7 +55,10 @@ FILES = {
     "host": "host_overhead_cpu.json",
     "launch": "launch_overhead_gluon_h200.json",
     "gpu_suite": "gpu_suite_h100.json",
-    "packed_decode": "packed_mla_h100.json",  # bench_mla.py --packed --tiers gluon,tl --layouts dense,padded
+    # bench_mla.py --packed --flashmla --targets-only --tiers gluon --layouts dense,padded (the tl
+    # tier beside it: packed_mla_h100.json)
+    "packed_decode": "packed_mla_flashmla_h100.json",
+    "eager_calls": "eager_calls_h100.json",  # eager_calls.py --impl ours (FlashMLA beside it)
 }
 # FlashMLA's sparse FP8 decode as quoted where the decode targets were set (a separate run, not
 # in results/; RESULTS.md's footnote says so): (dtype, batch, heads, q_len) -> us in a graph
@@ -543,18 +546,23 @@ def decode_tiers_table() -> str:
 
 
 def packed_decode() -> str:
-    """The packed 656-byte decode: both tiers on both cache layouts, CUDA-graph times of one run,
-    beside FlashMLA's on the same bytes in the same process (or, for a run without it, FlashMLA's
-    times as quoted: another GPU, another run)."""
+    """The packed 656-byte decode: its kernel tiers on its cache layouts, CUDA-graph times of one
+    run, beside FlashMLA's on the same bytes in the same process (or, for a run without it,
+    FlashMLA's times as quoted: another GPU, another run)."""
     run = load("packed_decode")
     by = {(r["batch"], r["heads"], r["q_len"], r["layout"], r["kernel"]): r for r in run["rows"]}
     meta = run["meta"]
     in_run = all("flashmla_graph_us" in r for r in run["rows"])
+    with_tl = any(r["kernel"] == "tl" for r in run["rows"])
     anchor = (
         "FlashMLA ran in the same process on the same bytes (its page-strided cache: 64-row pages)."
         if in_run
         else "FlashMLA's column is issue 30's figure from an H200 in another run, not this one: a pointer, not a ratio."
     )
+    head = ["batch", "heads", "q_len", "cache", "Gluon in a graph (us)"]
+    head += ["tl in a graph (us)", "Gluon vs tl"] if with_tl else []
+    head += ["Gluon error"]
+    head += ["FlashMLA, same run (us)", "FlashMLA / Gluon"] if in_run else ["FlashMLA, H200, quoted (us)"]
     lines = [
         prose(
             f"{meta['device']}, torch {meta['torch']}, Triton {meta['triton']}, {meta['date'][:10]}; top-k "
@@ -562,23 +570,22 @@ def packed_decode() -> str:
             f"`padded`: FlashMLA's pages of 64 rows, 65 rows apart. {anchor}"
         ),
         "",
-        "| batch | heads | q_len | cache | Gluon in a graph (us) | tl in a graph (us) | Gluon vs tl | Gluon error "
-        + ("| FlashMLA, same run (us) | FlashMLA / Gluon |" if in_run else "| FlashMLA, H200, quoted (us) |"),
-        "|---|---|---|---|---|---|---|---|---|" + ("---|" if in_run else ""),
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
     ]
     for (batch, heads, q_len, layout, kernel), g in by.items():
         if kernel != "gluon":
             continue
-        tl = by.get((batch, heads, q_len, layout, "tl"), {"graph_us": float("nan")})
-        row = (
-            f"| {batch} | {heads} | {q_len} | {layout} | {g['graph_us']:.1f} | {tl['graph_us']:.1f} "
-            f"| {tl['graph_us'] / g['graph_us']:.2f}x | {g['rel_err']:.1e} "
-        )
+        cells = [batch, heads, q_len, layout, f"{g['graph_us']:.1f}"]
+        if with_tl:
+            tl = by[(batch, heads, q_len, layout, "tl")]
+            cells += [f"{tl['graph_us']:.1f}", f"{tl['graph_us'] / g['graph_us']:.2f}x"]
+        cells += [f"{g['rel_err']:.1e}"]
         if in_run:
-            row += f"| {g['flashmla_graph_us']:.1f} | {g['flashmla_graph_us'] / g['graph_us']:.2f}x |"
+            cells += [f"{g['flashmla_graph_us']:.1f}", f"{g['flashmla_graph_us'] / g['graph_us']:.2f}x"]
         else:
-            row += f"| {FLASHMLA_PACKED_US.get((batch, heads, q_len), float('nan')):.1f} |"
-        lines.append(row)
+            cells += [f"{FLASHMLA_PACKED_US.get((batch, heads, q_len), float('nan')):.1f}"]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines) + "\n\n" + data_line("packed_decode")
 
 
@@ -727,6 +734,20 @@ def decode_eager() -> str:
     return "\n".join(lines) + "\n\n" + data_line("decode_eager", "decode_eager_tl")
 
 
+def eager_calls() -> str:
+    """Eager wall time of one public call against its anchor (issue 32's table)."""
+    run = load("eager_calls")
+    metas = run["meta"]
+    ran = ", ".join(f"{m['impl']} on {m['device']} ({m['date'][:10]})" for m in metas)
+    return (
+        prose(f"Runs: {ran}. A call whose anchor did not run reads 'not run'.")
+        + "\n\n"
+        + _tables.eager_calls_table(run["rows"])
+        + "\n\n"
+        + data_line("eager_calls")
+    )
+
+
 def plot_caption(path: str, alt: str, kinds: tuple, drawn: str, current: str) -> str:
     """A plot, what it is drawn from, and where the kernels it shows stand now.
 
@@ -791,6 +812,7 @@ def gpu_suite() -> str:
 
 BLOCKS = {
     "machine": machine,
+    "eager_calls": eager_calls,
     "summary": summary,
     "summary_notes": summary_notes,
     "gluon_probe": probe,
