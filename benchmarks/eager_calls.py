@@ -96,24 +96,25 @@ def rope_call(impl: str):
 
 
 def decode_calls(impl: str) -> dict:
-    """Our decode (``impl == "ours"``) and FlashMLA's where importable: ``{name: call}``."""
+    """Our decode and FlashMLA's where importable, in ours' process (upstream has no sm90 sparse
+    decode): ``{(name, who): call}``."""
     import bench_mla
 
-    name = ROWS[4]
-    calls = {}
-    if impl == "ours":
-        import flashinfer.decode
+    if impl != "ours":
+        return {}
+    import flashinfer.decode
 
-        case = bench_mla.sparse_case(1, 128, 1, torch.float8_e4m3fn)
-        topk = case["indices"].shape[-1]
-        metadata = flashinfer.decode.get_batch_decode_metadata_mla(case["query"], case["seq_lens"], topk)
-        public = dict(
-            query=case["query"], kv_cache=case["kv"].view(-1, 1, case["kv"].shape[-1]),
-            workspace_buffer=case["workspace"], qk_nope_head_dim=128, kv_lora_rank=512, qk_rope_head_dim=64,
-            block_tables=case["indices"], seq_lens=case["seq_lens"], max_seq_len=4096, sparse_mla_top_k=topk,
-            out=case["out"], bmm1_scale=case["bmm1_scale"], bmm2_scale=1.0, metadata=metadata,
-        )  # fmt: skip
-        calls[(name, "ours")] = lambda: flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(**public)
+    name = ROWS[4]
+    case = bench_mla.sparse_case(1, 128, 1, torch.float8_e4m3fn)
+    topk = case["indices"].shape[-1]
+    metadata = flashinfer.decode.get_batch_decode_metadata_mla(case["query"], case["seq_lens"], topk)
+    public = dict(
+        query=case["query"], kv_cache=case["kv"].view(-1, 1, case["kv"].shape[-1]),
+        workspace_buffer=case["workspace"], qk_nope_head_dim=128, kv_lora_rank=512, qk_rope_head_dim=64,
+        block_tables=case["indices"], seq_lens=case["seq_lens"], max_seq_len=4096, sparse_mla_top_k=topk,
+        out=case["out"], bmm1_scale=case["bmm1_scale"], bmm2_scale=1.0, metadata=metadata,
+    )  # fmt: skip
+    calls = {(name, "ours"): lambda: flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(**public)}
     try:
         flashmla, _ = bench_mla.flashmla_decode(bench_mla.packed_case(1, 128, 1, seed=0))
     except ImportError:
