@@ -99,7 +99,6 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     os.environ["FLASHINFER_KERNEL_TIER"] = args.tier
 
-    import flashinfer.decode
     import flashinfer.rope
     from flashinfer.mla import _cuda
     from flashinfer.mla.kernels import mla_decode, mla_decode_gluon
@@ -107,14 +106,7 @@ def main():
 
     case = bench_mla.sparse_case(1, 128, 1, torch.float8_e4m3fn)
     topk = case["indices"].shape[-1]
-    metadata = flashinfer.decode.get_batch_decode_metadata_mla(case["query"], case["seq_lens"], topk)
-    public = dict(
-        query=case["query"], kv_cache=case["kv"].view(-1, 1, case["kv"].shape[-1]), workspace_buffer=case["workspace"],
-        qk_nope_head_dim=128, kv_lora_rank=512, qk_rope_head_dim=64, block_tables=case["indices"],
-        seq_lens=case["seq_lens"], max_seq_len=4096, sparse_mla_top_k=topk, out=case["out"],
-        bmm1_scale=case["bmm1_scale"], bmm2_scale=1.0, metadata=metadata,
-    )  # fmt: skip
-    decode_api = lambda: flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(**public)  # noqa: E731
+    decode_api = bench_mla.decode_api_call(case)
     plan = _cuda.decode_plan(1, 1, 128, topk, case["query"].device)
     decode_impl = lambda: bench_mla.run_sparse(_cuda, case, plan)  # noqa: E731
     decode_api()

@@ -34,7 +34,6 @@ import datetime
 import json
 import os
 import sys
-import time
 
 import torch
 
@@ -45,21 +44,6 @@ from _tables import EAGER_CALLS, eager_calls_table  # noqa: E402
 CALLS, BATCHES = 2000, 3
 M, N, K = 1, 2112, 7168
 ROWS = list(EAGER_CALLS)  # the calls, in the table's order
-
-
-def wall_us(fn) -> float:
-    """Wall time per call of ``CALLS`` back-to-back calls, best of ``BATCHES``."""
-    for _ in range(50):
-        fn()
-    best = float("inf")
-    for _ in range(BATCHES):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(CALLS):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - start) / CALLS * 1e6)
-    return best
 
 
 def gemm_calls() -> dict:
@@ -78,11 +62,10 @@ def gemm_calls() -> dict:
     out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     one = torch.ones((), device="cuda")
     x3, w3, out3 = x.unsqueeze(0), w.unsqueeze(0), out.unsqueeze(0)
-    names = ROWS
     return {
-        names[1]: lambda: fg.bmm_fp8(x3, w3.transpose(1, 2), one, one, torch.bfloat16, out3),
-        names[2]: lambda: fg.fp8_blockscale_gemm_sm90(x16, w, None, w_scale, out=out),
-        names[3]: lambda: fg.fp8_blockscale_gemm_sm90(x, w, x_scale, w_scale, out=out),
+        ROWS[1]: lambda: fg.bmm_fp8(x3, w3.transpose(1, 2), one, one, torch.bfloat16, out3),
+        ROWS[2]: lambda: fg.fp8_blockscale_gemm_sm90(x16, w, None, w_scale, out=out),
+        ROWS[3]: lambda: fg.fp8_blockscale_gemm_sm90(x, w, x_scale, w_scale, out=out),
     }
 
 
@@ -102,19 +85,9 @@ def decode_calls(impl: str) -> dict:
 
     if impl != "ours":
         return {}
-    import flashinfer.decode
-
     name = ROWS[4]
     case = bench_mla.sparse_case(1, 128, 1, torch.float8_e4m3fn)
-    topk = case["indices"].shape[-1]
-    metadata = flashinfer.decode.get_batch_decode_metadata_mla(case["query"], case["seq_lens"], topk)
-    public = dict(
-        query=case["query"], kv_cache=case["kv"].view(-1, 1, case["kv"].shape[-1]),
-        workspace_buffer=case["workspace"], qk_nope_head_dim=128, kv_lora_rank=512, qk_rope_head_dim=64,
-        block_tables=case["indices"], seq_lens=case["seq_lens"], max_seq_len=4096, sparse_mla_top_k=topk,
-        out=case["out"], bmm1_scale=case["bmm1_scale"], bmm2_scale=1.0, metadata=metadata,
-    )  # fmt: skip
-    calls = {(name, "ours"): lambda: flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(**public)}
+    calls = {(name, "ours"): bench_mla.decode_api_call(case)}
     try:
         flashmla, _ = bench_mla.flashmla_decode(bench_mla.packed_case(1, 128, 1, seed=0))
     except ImportError:
@@ -124,13 +97,16 @@ def decode_calls(impl: str) -> dict:
 
 
 def measure(impl: str) -> list[dict]:
-    """One row per call this process can make."""
+    """One row per call this process can make: wall time per call of ``CALLS`` back-to-back
+    calls, best of ``BATCHES``."""
+    import bench_mla
+
     calls = {(name, impl): fn for name, fn in gemm_calls().items()}
     calls[(ROWS[0], impl)] = rope_call(impl)
     calls.update(decode_calls(impl))
     rows = []
     for (op, who), fn in calls.items():
-        rows.append({"op": op, "impl": who, "wall_us": wall_us(fn)})
+        rows.append({"op": op, "impl": who, "wall_us": bench_mla.eager_wall_us(fn, CALLS, BATCHES)})
         print(f"{op:58s} {who:9s} {rows[-1]['wall_us']:8.1f} us", flush=True)
     return rows
 
