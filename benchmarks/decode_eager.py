@@ -78,15 +78,15 @@ def raw_runs(seen):
 
     runs = []
     for launcher, grid, args, kwargs in seen:
-        ((run, function, packed, constexprs),) = [
+        ((launch, options, constexprs),) = [
             entry for key, entry in launcher._compiled.items() if key[2] == tuple(kwargs.items())
         ][-1:]
         call_args = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args]
         stream = driver.active.get_current_stream(torch.cuda.current_device())
         dims = (*grid, *(1,) * (3 - len(grid)))
         runs.append(
-            lambda run=run, function=function, packed=packed, constexprs=constexprs, call_args=call_args,
-            dims=dims, stream=stream: run(*dims, stream, function, packed, None, None, None, *call_args, *constexprs)
+            lambda launch=launch, options=options, constexprs=constexprs, call_args=call_args, dims=dims,
+            stream=stream: launch(*dims, stream, *options, *call_args, *constexprs)
         )  # fmt: skip
     return lambda: [r() for r in runs]
 

@@ -53,8 +53,8 @@ class RecordingKernel(JITFunction):
 @pytest.fixture
 def kernel(monkeypatch):
     # the current device is the CPU tensors' own (-1), as a CUDA launch's is its tensors' device
-    active = types.SimpleNamespace(get_current_device=lambda: -1, get_current_stream=lambda device: STREAM)
-    monkeypatch.setattr(triton_launch, "driver", types.SimpleNamespace(active=active))
+    monkeypatch.setattr(triton_launch, "_current_device", lambda: -1)
+    monkeypatch.setattr(triton_launch, "_current_stream", lambda device: STREAM)
     for hook in ("launch_enter_hook", "launch_exit_hook"):  # this Triton's "no hook" (None or an empty chain)
         monkeypatch.setattr(triton_launch.knobs.runtime, hook, getattr(triton_launch.knobs.runtime, hook))
     return RecordingKernel(scale_kernel)
@@ -123,7 +123,7 @@ def test_tensors_on_another_device_launch_there_under_a_guard(kernel, monkeypatc
     x, out = torch.randn(8), torch.empty(8)
     fast.launch((1,), x, out, 8, 1.0, BLOCK=8)
     assert entered == []  # on the current device: no guard
-    monkeypatch.setattr(triton_launch.driver.active, "get_current_device", lambda: 1)
+    monkeypatch.setattr(triton_launch, "_current_device", lambda: 1)
     fast.launch((1,), x, out, 8, 1.0, BLOCK=8)
     assert entered == [x.device]
     # keyed by the tensors' device (-1 here): the second call took the cached kernel
@@ -191,10 +191,80 @@ def test_a_tensor_where_a_float_was_compiles_anew_and_passes_its_pointer(kernel)
     assert kernel.fast_calls[1][9:13] == (x.data_ptr(), out.data_ptr(), 8, scale.data_ptr())
 
 
-@pytest.mark.parametrize("positions", [(), (2,), (0, 3)])
-def test_gather_always_returns_a_tuple(positions):
-    args = ("a", "b", "c", "d")
-    assert triton_launch._gather(positions)(args) == tuple(args[i] for i in positions)
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_prepare_splits_any_argument_count(count):
+    # the written-out function unpacks 0, 1 or several arguments (one-element tuples need a comma)
+    x = torch.randn(4)
+    args = (x, 7, 0.5)[:count]
+    prepare = triton_launch._make_prepare(tuple(map(type, args)), frozenset())
+    key, call, first = prepare(args)
+    assert call == (x.data_ptr(), 7, 0.5)[:count]
+    assert key == (x.dtype, x.data_ptr() & 15, 7)[: {0: 0, 1: 2, 3: 3}[count]]
+    assert first is (x if count else None)
+
+
+class DirectLauncher:
+    """What Triton's ``CudaLauncher`` exposes: its C launch and the options it puts in front."""
+
+    launch_cooperative_grid, launch_pdl = "coop", "pdl"
+
+    def __init__(self, scratch=0):
+        self.global_scratch_size = self.profile_scratch_size = scratch
+        self.calls = []
+        self.launch = lambda *a: self.calls.append(("launch", a))
+
+    def __call__(self, *a):
+        self.calls.append(("run", a))
+
+
+@pytest.mark.parametrize("scratch", [0, 256])
+def test_a_launcher_without_scratch_is_called_at_its_c_launch(kernel, scratch):
+    launcher = DirectLauncher(scratch)
+    kernel.compiled.run = launcher
+    fast = triton_launch.FastLaunch(kernel)
+    x, out = torch.randn(8), torch.empty(8)
+    for _ in range(2):
+        fast.launch((2,), x, out, 8, 1.0, BLOCK=8)
+    ((how, call),) = launcher.calls
+    ptrs = (x.data_ptr(), out.data_ptr(), 8, 1.0, 8, True)
+    if scratch:  # Triton's own call allocates the scratch
+        assert (how, call) == ("run", (2, 1, 1, STREAM, "function-handle", "packed", None, None, None, *ptrs))
+    else:
+        assert (how, call) == (
+            "launch",
+            (
+                2,
+                1,
+                1,
+                STREAM,
+                "function-handle",
+                "coop",
+                "pdl",
+                None,
+                None,
+                "packed",
+                None,
+                None,
+                None,
+                *ptrs,
+            ),
+        )
+
+
+def test_the_direct_launch_is_the_installed_tritons_own():
+    """Without scratch, ``CudaLauncher.__call__`` hands its arguments to the C launch after the
+    function with the cooperative-grid and PDL flags and the two (None) scratch buffers."""
+    import inspect
+    import re
+
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    source = re.sub(r"\s+", " ", inspect.getsource(CudaLauncher.__call__))
+    assert (
+        "self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl, "
+        "global_scratch, profile_scratch, *args)" in source
+    )
+    assert "return None" in source  # no scratch allocated for a size of 0
 
 
 def test_varying_integers_are_keyed_by_their_specialization(kernel):
@@ -280,3 +350,64 @@ def test_tma_descriptors_are_keyed_by_their_type_and_passed_as_objects(kernel):
     fast.launch((1,), descriptor(48, 8), out, 8, 1.0, BLOCK=8)  # another block shape
     fast.launch((1,), descriptor(48, 16, torch.float16), out, 8, 1.0, BLOCK=8)  # another dtype
     assert len(kernel.jit_calls) == 3
+
+
+def test_a_bound_launch_repeats_the_launch_for_new_tensors(kernel):
+    fast = triton_launch.FastLaunch(kernel)
+    x, out = torch.randn(64), torch.empty(64)
+    bound = fast.bind((4, 2), x, out, 64, 0.5, BLOCK=16, num_warps=4)
+    assert len(kernel.jit_calls) == 1  # bind launched (compiling)
+    x2, out2 = torch.randn(64), torch.empty(64)
+    bound(x2, out2)
+    assert len(kernel.jit_calls) == 1
+    assert kernel.fast_calls == [
+        (4, 2, 1, STREAM, "function-handle", "packed", None, None, None, x2.data_ptr(), out2.data_ptr(), 64, 0.5, 16, True)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda x, out: (x.double(), out), id="dtype"),
+        pytest.param(lambda x, out: (x.view(torch.uint8)[4:].view(torch.float32), out), id="misaligned"),
+        pytest.param(
+            lambda x, out: (x, out.view(torch.uint8)[8:].view(torch.float32)), id="misaligned-second"
+        ),
+    ],
+)
+def test_a_bound_launch_goes_back_to_fast_launch_when_the_kernel_would_differ(kernel, change):
+    fast = triton_launch.FastLaunch(kernel)
+    bound = fast.bind((1,), torch.randn(64), torch.empty(64), 64, 0.5, BLOCK=16)
+    x, out = change(torch.randn(66), torch.empty(66))
+    bound(x, out)
+    # FastLaunch keyed the new dtype or remainder: the JIT path, with the tensors themselves
+    assert len(kernel.jit_calls) == 2 and kernel.fast_calls == []
+    assert kernel.jit_calls[1][1][:2] == (x, out) and kernel.jit_calls[1][1][2:] == (64, 0.5)
+
+
+def test_a_bound_launch_on_another_device_or_with_a_hook_takes_fast_launch(kernel, monkeypatch):
+    fast = triton_launch.FastLaunch(kernel)
+    x, out = torch.randn(8), torch.empty(8)
+    bound = fast.bind((1,), x, out, 8, 1.0, BLOCK=8)
+    calls = []
+    monkeypatch.setattr(fast, "launch", lambda grid, *a, **kw: calls.append((grid, a, kw)))
+    monkeypatch.setattr(triton_launch, "_current_device", lambda: 3)
+    bound(x, out)
+    monkeypatch.setattr(triton_launch, "_current_device", lambda: -1)
+    monkeypatch.setattr(triton_launch.knobs.runtime, "launch_enter_hook", lambda metadata: None)
+    bound(x, out)
+    assert calls == [((1,), (x, out, 8, 1.0), {"BLOCK": 8})] * 2 and kernel.fast_calls == []
+
+
+def test_a_launch_bound_without_a_compiled_kernel_always_takes_fast_launch(kernel, monkeypatch):
+    monkeypatch.setattr(triton_launch.knobs.runtime, "launch_enter_hook", lambda metadata: None)
+    fast = triton_launch.FastLaunch(kernel)
+    bound = fast.bind((1,), torch.randn(8), torch.empty(8), 8, 1.0, BLOCK=8)
+    monkeypatch.undo()
+    monkeypatch.setattr(triton_launch, "_current_device", lambda: -1)
+    monkeypatch.setattr(triton_launch, "_current_stream", lambda device: STREAM)
+    x, out = torch.randn(8), torch.empty(8)
+    bound(x, out)
+    bound(x, out)
+    # the hook kept bind's launch on the JIT path (nothing cached to bind); FastLaunch then runs
+    assert len(kernel.jit_calls) == 2 and len(kernel.fast_calls) == 1

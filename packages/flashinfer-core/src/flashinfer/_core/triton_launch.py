@@ -39,8 +39,8 @@ Rules
 
 from __future__ import annotations
 
-import operator
 import re
+import sys
 import threading
 
 import torch
@@ -54,7 +54,7 @@ try:
 except ImportError:  # Triton < 3.4: its compiled kernels take another argument list
     knobs = None
 
-__all__ = ["AUTOTUNED_LAUNCH", "FastLaunch", "MAX_ENTRIES", "SUPPORTED_TRITON", "TunedLaunch"]
+__all__ = ["AUTOTUNED_LAUNCH", "BoundLaunch", "FastLaunch", "MAX_ENTRIES", "SUPPORTED_TRITON", "TunedLaunch"]
 
 MAX_ENTRIES = 256
 # (major, minor) of the first and last Triton whose launch protocol FastLaunch follows.
@@ -72,16 +72,24 @@ def protocol_supported() -> bool:
     return knobs is not None and SUPPORTED_TRITON[0] <= triton_version() <= SUPPORTED_TRITON[1]
 
 
-_DATA_PTR = torch.Tensor.data_ptr
-_DTYPE = operator.attrgetter("dtype")
-_REMAINDER_16 = (15).__and__
+def _current_device() -> int:
+    """The current CUDA device's index (what Triton's own launch runs on)."""
+    return driver.active.get_current_device()
 
 
-def _gather(positions: tuple):
-    # a C-level gather that always returns a tuple (itemgetter returns a bare item for one)
-    if len(positions) > 1:
-        return operator.itemgetter(*positions)
-    return (lambda args: (args[positions[0]],)) if positions else (lambda args: ())
+def _current_stream(device: int) -> int:
+    """The raw handle of ``device``'s current stream."""
+    return driver.active.get_current_stream(device)
+
+
+def _bind_torch_device_queries() -> None:
+    # Triton's CUDA driver answers both through torch, behind a lazy proxy and torch.cuda's
+    # Python layer: the C functions themselves save about a microsecond a launch
+    global _current_device, _current_stream
+    get_device = getattr(torch._C, "_cuda_getDevice", None)
+    get_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if get_device is not None and get_stream is not None:
+        _current_device, _current_stream = get_device, get_stream
 
 
 def _is_descriptor(t: type) -> bool:
@@ -93,38 +101,72 @@ def _descriptor_key(d) -> tuple:
     return d.base.dtype, tuple(d.block_shape), getattr(d, "layout", None), d.padding
 
 
-def _int_class(x: int) -> tuple:
-    # what Triton specializes an integer on (divisibility by 16, the value 1, its width)
-    return x & 15 == 0, x == 1, -(2**31) <= x < 2**31, x < 2**63
+def _make_prepare(types: tuple, varying: frozenset):
+    """The function that turns an argument list of these ``types`` into ``(key, call arguments,
+    first tensor or None)``: written out per type pattern, so that a launch does one Python call
+    of straight-line code instead of a pass per kind of argument.
 
-
-class _ArgPattern:
-    """Where the tensors, the value-keyed scalars (ints, bools, None) and the class-keyed
-    integers (``varying``) sit in an argument list."""
-
-    def __init__(self, types: tuple, varying: frozenset):
-        def where(test):
-            return tuple(i for i, t in enumerate(types) if test(i, t))
-
-        self.tensor_positions = where(lambda i, t: issubclass(t, torch.Tensor))
-        self.tensors = _gather(self.tensor_positions)
-        self.descriptors = _gather(where(lambda i, t: _is_descriptor(t)))
-        self.varying = _gather(where(lambda i, t: i in varying and t is int))
-        self.scalars = _gather(
-            where(
-                lambda i, t: (
-                    not issubclass(t, torch.Tensor)
-                    and not _is_descriptor(t)
-                    and t is not float
-                    and not (i in varying and t is int)
-                )
+    Key (at least as fine as Triton's specialization): each tensor's dtype and pointer remainder
+    mod 16; each descriptor's :func:`_descriptor_key`; each ``varying`` int's divisibility by 16,
+    equality to 1 and width; every other int, bool and ``None`` by value; floats not at all (the
+    pattern holds their type). Call arguments: tensors as their pointers, the rest as given.
+    """
+    names = [f"a{i}" for i in range(len(types))]
+    lines, key, call = [], [], []
+    for i, (name, t) in enumerate(zip(names, types)):
+        if issubclass(t, torch.Tensor):
+            lines.append(f"p{i} = {name}.data_ptr()")
+            key += [f"{name}.dtype", f"p{i} & 15"]
+            call.append(f"p{i}")
+            continue
+        call.append(name)
+        if _is_descriptor(t):
+            key.append(f"_descriptor_key({name})")
+        elif i in varying and t is int:
+            key.append(
+                f"({name} & 15 == 0, {name} == 1, -2147483648 <= {name} < 2147483648, {name} < 1 << 63)"
             )
-        )
+        elif t is not float:
+            key.append(name)
+    tensors = [n for n, t in zip(names, types) if issubclass(t, torch.Tensor)]
+    body = "\n    ".join(
+        [f"{', '.join(names)}{',' if len(names) == 1 else ''} = args" if names else "pass", *lines]
+    )
+    source = (
+        f"def prepare(args):\n    {body}\n"
+        f"    return ({''.join(k + ', ' for k in key)}), ({''.join(c + ', ' for c in call)}), "
+        f"{tensors[0] if tensors else None}\n"
+    )
+    scope = {"_descriptor_key": _descriptor_key}
+    exec(compile(source, f"<FastLaunch prepare {len(types)} arguments>", "exec"), scope)
+    return scope["prepare"]
 
 
 def _hooked(hook) -> bool:
     # Triton >= 3.5 keeps a chain of hooks (empty unless a profiler added one); 3.4 a hook or None
     return hook is not None and getattr(hook, "calls", True) != []
+
+
+def _hooks_set() -> bool:
+    # a profiler's launch hooks see every launch: such launches go through Triton's own
+    runtime = knobs.runtime
+    return _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook)
+
+
+def _direct_launcher(run):
+    """``(C launch function, its leading options)`` of a compiled kernel's launcher, or None.
+
+    Triton's ``CudaLauncher.__call__`` allocates the kernel's scratch buffers (none for most
+    kernels) and hands its arguments on to the C launch with three options put in front (the
+    cooperative-grid and PDL flags, the two scratch buffers): without scratch, calling the C
+    launch directly with the same arguments skips a Python frame a launch.
+    """
+    try:
+        if run.global_scratch_size or run.profile_scratch_size:
+            return None
+        return run.launch, (run.launch_cooperative_grid, run.launch_pdl, None, None)
+    except AttributeError:  # another launcher class: its own call
+        return None
 
 
 class FastLaunch:
@@ -162,58 +204,42 @@ class FastLaunch:
         if not self.enabled:
             self.kernel[grid](*args, **kwargs)
             return
-        # The argument types pick the positions of tensors and of keyed scalars; the gathers
-        # and maps below run in C, so the key costs a few microseconds for 30+ arguments.
         types = tuple(map(type, args))
-        pattern = self._patterns.get(types)
-        if pattern is None:
-            pattern = self._patterns[types] = _ArgPattern(types, self._varying)
-        tensors = pattern.tensors(args)
-        device = driver.active.get_current_device()
-        if tensors and tensors[0].get_device() != device:
-            with torch.cuda.device(tensors[0].device):
-                self._launch(tensors[0].get_device(), pattern, tensors, grid, args, kwargs)
+        prepare = self._patterns.get(types)
+        if prepare is None:
+            prepare = self._patterns[types] = _make_prepare(types, self._varying)
+        key_args, call_args, first = prepare(args)
+        device = _current_device()
+        if first is not None and first.get_device() != device:
+            with torch.cuda.device(first.device):
+                self._launch(first.get_device(), prepare, key_args, call_args, grid, args, kwargs)
         else:
-            self._launch(device, pattern, tensors, grid, args, kwargs)
+            self._launch(device, prepare, key_args, call_args, grid, args, kwargs)
 
-    def _launch(self, device, pattern, tensors, grid, args, kwargs) -> None:
-        runtime = knobs.runtime
-        if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook):
+    def _launch(self, device, prepare, key_args, call_args, grid, args, kwargs) -> None:
+        if _hooks_set():
             self.kernel[grid](*args, **kwargs)
             return
-        ptrs = list(map(_DATA_PTR, tensors))
-        # the pattern stands for the argument types (one pattern per types, hashed by identity)
-        key = (
-            device,
-            pattern,
-            tuple(kwargs.items()),
-            tuple(map(_DTYPE, tensors)),
-            tuple(map(_REMAINDER_16, ptrs)),
-            pattern.scalars(args),
-            tuple(map(_int_class, pattern.varying(args))),
-            tuple(map(_descriptor_key, pattern.descriptors(args))),
-        )
+        # the prepare function stands for the argument types (one per types, hashed by identity)
+        key = (device, prepare, tuple(kwargs.items()), key_args)
         entry = self._compiled.get(key)
         if entry is None:
             self._compile_and_launch(key, grid, args, kwargs)
             return
-        run, function, packed_metadata, constexprs = entry
-        call_args = list(args)
-        for position, ptr in zip(pattern.tensor_positions, ptrs):
-            call_args[position] = ptr
-        stream = driver.active.get_current_stream(device)
-        run(
-            *grid,
-            *(1,) * (3 - len(grid)),
-            stream,
-            function,
-            packed_metadata,
-            None,
-            None,
-            None,
-            *call_args,
-            *constexprs,
-        )
+        launch, options, constexprs = entry
+        launch(*grid, *(1,) * (3 - len(grid)), _current_stream(device), *options, *call_args, *constexprs)
+
+    def bind(self, grid: tuple, *args, **kwargs) -> BoundLaunch:
+        """Launch as :meth:`launch` does and return a :class:`BoundLaunch` that repeats this
+        launch for other tensors in the tensors' places (every other argument as given here)."""
+        self.launch(grid, *args, **kwargs)
+        entry = device = None
+        prepare = self._patterns.get(tuple(map(type, args))) if self.enabled and not _hooks_set() else None
+        if prepare is not None:  # else the launch took Triton's path: nothing compiled to bind
+            key_args, _, first = prepare(args)
+            device = _current_device() if first is None else first.get_device()
+            entry = self._compiled.get((device, prepare, tuple(kwargs.items()), key_args))
+        return BoundLaunch(self, grid, args, kwargs, entry, device)
 
     def _compile_and_launch(self, key, grid, args, kwargs) -> None:
         compiled = self.kernel[grid](*args, **kwargs)
@@ -222,9 +248,110 @@ class FastLaunch:
         # The compiled launcher takes every parameter in signature order, constexprs included.
         params = self.kernel.params[len(args) :]
         constexprs = tuple(kwargs[p.name] if p.name in kwargs else p.default for p in params)
+        run = compiled.run
+        # after the stream: the function, (the C launch's options,) the packed metadata, no
+        # launch metadata, no hooks (JITFunction.run's arguments)
+        tail = (compiled.packed_metadata, None, None, None)
+        direct = _direct_launcher(run)
+        if direct is None:
+            entry = (run, (compiled.function, *tail), constexprs)
+        else:
+            entry = (direct[0], (compiled.function, *direct[1], *tail), constexprs)
         if len(self._compiled) >= MAX_ENTRIES:
             self._compiled.clear()
-        self._compiled[key] = (compiled.run, compiled.function, compiled.packed_metadata, constexprs)
+        self._compiled[key] = entry
+
+
+class BoundLaunch:
+    """One launch of a :class:`FastLaunch` kernel, repeated for other tensors.
+
+    Made by :meth:`FastLaunch.bind`. Calling it with the per-call objects of a new call (its
+    tensors and TMA descriptors, in the order they take among the bound arguments) launches the
+    same kernel on the same grid with the same other arguments: each tensor's pointer (each
+    descriptor) goes where the bound one went. The caller guarantees what these objects cannot
+    show: that the grid, every other argument and each descriptor's shape, block shape and
+    layout are what its new call would pass (the op's call signature decides them). The launch
+    checks the rest of what picks the compiled kernel: the device (current, and the first
+    tensor's), each tensor's (descriptor base's) dtype and each pointer's remainder mod 16, and
+    that no launch hook is set; a call that differs takes :meth:`FastLaunch.launch` with the
+    arguments put back together, as does every call where nothing compiled was found to bind
+    (the JIT path, interpreted kernels, stubs). It keeps no reference to the bound call's tensors.
+    """
+
+    def __init__(self, fast: FastLaunch, grid: tuple, args: tuple, kwargs: dict, entry, device):
+        self.fast, self.grid, self.kwargs = fast, grid, kwargs
+        self.positions = [i for i, a in enumerate(args) if _per_call(a)]
+        self._call = self._fallback if entry is None else self._written(args, entry, device)
+        self.args = tuple(None if _per_call(a) else a for a in args)
+
+    def __call__(self, *objects) -> None:
+        self._call(*objects)
+
+    def _fallback(self, *objects) -> None:
+        args = list(self.args)
+        for position, obj in zip(self.positions, objects):
+            args[position] = obj
+        self.fast.launch(self.grid, *args, **self.kwargs)
+
+    def _written(self, args, entry, device):
+        """The launch as one function of the per-call objects, its constants bound by name."""
+        launch, options, constexprs = entry
+        scope = {
+            "_launch": launch, "_fallback": self._fallback, "_hooks_set": _hooks_set, "_device": device,
+            "_module": sys.modules[__name__],  # its device queries, looked up at each call (tests stub them)
+        }  # fmt: skip
+        names, guards, fetch, call = [], [], [], []
+        first_tensor = None
+        for i, arg in enumerate(args):
+            if not _per_call(arg):
+                scope[f"a{i}"] = arg
+                call.append(f"a{i}")
+                continue
+            t = f"t{len(names)}"
+            names.append(t)
+            if isinstance(arg, torch.Tensor):
+                first_tensor = first_tensor or t
+                scope[f"d{t}"], scope[f"r{t}"] = arg.dtype, arg.data_ptr() & 15
+                fetch.append(f"p{t} = {t}.data_ptr()")
+                guards.append(f"{t}.dtype is not d{t} or p{t} & 15 != r{t}")
+                call.append(f"p{t}")
+            else:  # a TMA descriptor, passed as the object (the launcher encodes it)
+                scope[f"d{t}"], scope[f"k{t}"] = arg.base.dtype, type(arg)
+                guards.append(f"type({t}) is not k{t} or {t}.base.dtype is not d{t}")
+                call.append(t)
+        for j, value in enumerate((*self.grid, *(1,) * (3 - len(self.grid)))):
+            scope[f"g{j}"] = value
+        head = ["g0", "g1", "g2", "_module._current_stream(_device)"]
+        for j, value in enumerate(options):
+            scope[f"o{j}"] = value
+            head.append(f"o{j}")
+        for j, value in enumerate(constexprs):
+            scope[f"c{j}"] = value
+            call.append(f"c{j}")
+        device_guard = "_module._current_device() != _device" + (
+            f" or {first_tensor}.get_device() != _device" if first_tensor else ""
+        )
+        params = ", ".join(names)
+        source = "\n    ".join(
+            [
+                f"def bound({params}):",
+                *fetch,
+                f"if {' or '.join([device_guard, *guards])} or _hooks_set():",
+                f"    return _fallback({params})",
+                f"_launch({', '.join(head + call)})",
+            ]
+        )
+        name = getattr(self.fast.kernel, "__name__", "a kernel")
+        exec(compile(source, f"<BoundLaunch of {name}>", "exec"), scope)
+        return scope["bound"]
+
+
+def _per_call(arg) -> bool:
+    # what a bound launch takes anew on every call: tensors and TMA descriptors
+    return isinstance(arg, torch.Tensor) or _is_descriptor(type(arg))
+
+
+_bind_torch_device_queries()
 
 
 # Triton's Autotuner keeps per-call state on the shared object (it sets ``nargs`` at the start of
