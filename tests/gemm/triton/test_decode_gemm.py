@@ -112,7 +112,15 @@ def test_split_never_leaves_an_empty_range(seed):
     assert_matches(out, *oracle_groupwise(a, b, a_scale, b_scale, 1, 128, 128))
 
 
-def test_pick_config_reads_the_table_then_falls_back(monkeypatch):
+@pytest.fixture
+def fresh_configs():
+    """``pick_config`` memoizes per shape: tests that swap the tables start and end without memo."""
+    decode().pick_config.cache_clear()
+    yield
+    decode().pick_config.cache_clear()
+
+
+def test_pick_config_reads_the_table_then_falls_back(monkeypatch, fresh_configs):
     module = decode()
     table = {(2112, 7168, 4): [(8, (16, 16, 4, 8, 4, True), False), (64, (64, 64, 4, 6, 4, False), True)]}
     monkeypatch.setattr(module, "TABLE", table)
@@ -128,7 +136,7 @@ def test_pick_config_reads_the_table_then_falls_back(monkeypatch):
         assert config.block_m >= min(m, 128) and config.split >= 1
 
 
-def test_pick_config_keeps_a_table_per_kernel(monkeypatch):
+def test_pick_config_keeps_a_table_per_kernel(monkeypatch, fresh_configs):
     """The Gluon form's launch shapes (and where cuBLASLt beats it) come from its own table."""
     module = decode()
     gluon_row = (64, 8, 4, 12, 4, True, True, True)

@@ -46,6 +46,7 @@ graph. Which tile and split each shape takes is :func:`pick_config`'s, from the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import triton
@@ -125,10 +126,11 @@ def _table_row(m: int, n: int, k: int, num_sms: int, gluon: bool):
     return None
 
 
+@functools.lru_cache(maxsize=1024)
 def pick_config(m: int, n: int, k: int, num_sms: int, gluon: bool = False) -> DecodeGemmConfig:
     """The launch shape for ``m x n x k`` (of the Gluon kernel where ``gluon``): the measured one
     where the table has ``(n, k)`` and a row count at least ``m`` (the smallest such), else
-    :func:`_heuristic`'s."""
+    :func:`_heuristic`'s. Memoized (a frozen config per shape: eager calls repeat a few shapes)."""
     row = _table_row(m, n, k, num_sms, gluon)
     return row[0] if row else _heuristic(m, n, k, num_sms, gluon)
 
@@ -263,7 +265,7 @@ _REDUCE = FastLaunch(fp8_splitk_reduce_kernel, varying=("M", "stride_om"))
 _REDUCE_BLOCK_N = 256
 
 
-def gemm_groupwise(call, config: DecodeGemmConfig | None = None, gluon: bool = False) -> None:
+def gemm_groupwise(call, config: DecodeGemmConfig | None = None, gluon: bool = False):
     """Launch the decode-size GEMM ``out = dequant(a) @ dequant(b).T``.
 
     Parameters
@@ -277,6 +279,11 @@ def gemm_groupwise(call, config: DecodeGemmConfig | None = None, gluon: bool = F
     gluon : bool
         Whether the Gluon tier runs on this device (the caller's ``use_gluon``): the launch shape
         is then the Gluon kernel's, where TMA reads the operands.
+
+    Returns
+    -------
+    callable
+        The replay: repeats the launches for a record of the same call signature.
     """
     a, b, a_scale, b_scale, out = call.a, call.b, call.a_scale, call.b_scale, call.out
     m, k = a.shape
@@ -287,33 +294,51 @@ def gemm_groupwise(call, config: DecodeGemmConfig | None = None, gluon: bool = F
     if config.gluon:
         from . import gluon_fp8_decode_gemm
 
-        gluon_fp8_decode_gemm.gemm_groupwise(call, config)
-        return
+        return gluon_fp8_decode_gemm.gemm_groupwise(call, config)
     k_steps = ceil_div(k, BLOCK_K)
     steps = ceil_div(k_steps, min(config.split, k_steps))
     split = ceil_div(k_steps, steps)  # no empty range
-    partial = out if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=a.device)
     grid = (ceil_div(n, config.block_n), split, ceil_div(m, config.block_m))
     tma = config.tma and _tma_takes(a, b)
-    if tma:
-        a, b = _rows_descriptor(a, config.block_m), _rows_descriptor(b, config.block_n)
-    _GEMM.launch(
+
+    def operands(call):
+        if tma:
+            return _rows_descriptor(call.a, config.block_m), _rows_descriptor(call.b, config.block_n)
+        return call.a, call.b
+
+    def partial_sums(call):
+        if split == 1:
+            return call.out
+        return torch.empty((split, m, n), dtype=torch.float32, device=call.a.device)
+
+    partial = partial_sums(call)
+    launch = _GEMM.bind(
         grid,
-        a, b, a_scale, b_scale, out, partial, m, n, k, steps,
-        call.a.stride(0), call.b.stride(0), *a_scale.stride(), *b_scale.stride(), *out.stride(),
+        *operands(call), a_scale, b_scale, out, partial, m, n, k, steps,
+        a.stride(0), b.stride(0), *a_scale.stride(), *b_scale.stride(), *out.stride(),
         SCALE_BM=call.block_m, SCALE_BN=call.block_n, BLOCK_N=config.block_n, BLOCK_M=config.block_m,
         BLOCK_K=BLOCK_K, PARTIAL=split > 1, EVEN_K=k % BLOCK_K == 0, TMA=tma, SWAP=config.swap, num_warps=config.warps, num_stages=config.stages,
     )  # fmt: skip
-    if split > 1:
-        splitk_reduce(partial, out)
+    if split == 1:
+        return lambda call: launch(*operands(call), call.a_scale, call.b_scale, call.out, call.out)
+    reduce = splitk_reduce(partial, out)
+
+    def replay(call):
+        partial = partial_sums(call)
+        launch(*operands(call), call.a_scale, call.b_scale, call.out, partial)
+        reduce(partial, call.out)
+
+    return replay
 
 
-def splitk_reduce(partial: torch.Tensor, out: torch.Tensor) -> None:
+def splitk_reduce(partial: torch.Tensor, out: torch.Tensor):
     """``out = partial[0] + partial[1] + ...`` in split order (deterministic), converted to
-    ``out``'s dtype: ``partial (split, m, n)`` float32, contiguous; ``out (m, n)`` any strides."""
+    ``out``'s dtype: ``partial (split, m, n)`` float32, contiguous; ``out (m, n)`` any strides.
+    Returns the launch, bound (:class:`~flashinfer._core.triton_launch.BoundLaunch`: call it
+    with another ``partial`` and ``out`` of the same shapes, strides and dtypes)."""
     split, m, n = partial.shape
     block_m = min(next_positive_power_of_2(m), 16)
-    _REDUCE.launch(
+    return _REDUCE.bind(
         (ceil_div(n, _REDUCE_BLOCK_N), ceil_div(m, block_m)), partial, out, m, n, *out.stride(),
         SPLIT=split, BLOCK_M=block_m, BLOCK_N=_REDUCE_BLOCK_N, num_warps=4,
     )  # fmt: skip
