@@ -1216,6 +1216,7 @@ OPS = [
         tiers=TIERS,
         cuda_samples=blockscale_real,
         required=("input", "weight"),
+        replayed=True,
     ),
 ]
 OPS_BY_NAME = {op.name: op for op in OPS}

@@ -676,6 +676,7 @@ OPS = [
         rope_compare,
         cuda_samples=rope_real_samples,
         required=("q_rope", "k_rope", "cos_sin_cache", "pos_ids"),  # a None nope part is empty
+        replayed=True,
     ),
     OpInfo(
         "mla_rope_quantize_fp8",
@@ -685,6 +686,7 @@ OPS = [
         rope_compare,
         cuda_samples=rope_real_samples,
         required=("q_rope", "k_rope", "cos_sin_cache", "pos_ids"),  # a None nope part is empty
+        replayed=True,
     ),
     OpInfo(
         "trtllm_batch_decode_with_kv_cache_mla",
@@ -696,6 +698,7 @@ OPS = [
         cuda_samples=decode_real_samples,
         required=(*DECODE_TENSORS, "seq_lens"),
         none_exc=ValueError,
+        replayed=True,
     ),
     OpInfo(
         "trtllm_batch_decode_with_kv_cache_mla[packed]",
@@ -707,6 +710,7 @@ OPS = [
         cuda_samples=packed_real_samples,
         required=DECODE_TENSORS,  # seq_lens=None: every column active
         none_exc=ValueError,
+        replayed=True,
     ),
 ]
 OPS_BY_NAME = {op.name: op for op in OPS}

@@ -119,6 +119,9 @@ class OpInfo:
     # gets an error row (:func:`none_inputs`) whose message must name it
     required: tuple = ()
     none_exc: type = TypeError
+    # the CUDA implementation repeats a serving call's launches when its call signature repeats
+    # (``flashinfer._core.replay``): the interpreted tables run each sample twice
+    replayed: bool = False
 
     def error_inputs(self) -> list:
         """The table's error inputs, then one ``none-<arg>`` row per :attr:`required` argument."""
@@ -221,9 +224,10 @@ def to_device(sample: Sample, device) -> Sample:
     return replace(sample, args=args, kwargs=kwargs)
 
 
-def moved_to(device, args, kwargs) -> tuple:
+def moved_to(device, args, kwargs, copy: bool = False) -> tuple:
     """``(args, kwargs)`` with every tensor (in lists and tuples too) copied to ``device`` as
-    :func:`to_device` does; ``meta`` tensors (the "other device" of error inputs) stay."""
+    :func:`to_device` does (``copy``: into new memory even on the same device); ``meta`` tensors
+    (the "other device" of error inputs) stay."""
     storages = {}
 
     def move(value):
@@ -234,7 +238,7 @@ def moved_to(device, args, kwargs) -> tuple:
         key = value.untyped_storage().data_ptr()
         if key not in storages:
             raw = torch.empty(0, dtype=torch.uint8).set_(value.untyped_storage())
-            storages[key] = raw.to(device).untyped_storage()
+            storages[key] = (raw.clone() if copy else raw.to(device)).untyped_storage()
         moved = torch.empty(0, dtype=value.dtype, device=device)
         return moved.set_(storages[key], value.storage_offset(), value.shape, value.stride())
 
@@ -297,3 +301,36 @@ def raises_before_any_write(op: OpInfo, error: ErrorInput, device="cpu") -> None
     assert "torch.Size(" not in message, message
     for now, saved in zip(tensors, before):
         assert _same(now, saved), f"{op.name}: a caller tensor was written before `{error.name}` was rejected"
+
+
+def run_sample_twice(op: OpInfo, name: str, slack=0.0, tensor_cores=None) -> bool:
+    """Run the sample, then the same call again on new memory (every tensor copied, strides,
+    offsets and aliasing kept; the outputs poisoned again): a replay the first call left
+    (``flashinfer._core.replay``) must serve the second, which must match the oracle too (a replay
+    that launched on the first call's memory leaves the new outputs poisoned). Returns whether a
+    replay served it."""
+    from flashinfer._core.replay import Replays
+
+    recorded, served, lookup = [], [], Replays.get
+    put = Replays.put
+
+    def get(self, key):
+        found = lookup(self, key)
+        served.append(found is not None)
+        return found
+
+    def kept(self, key, replay):
+        recorded.append(key)
+        put(self, key, replay)
+
+    Replays.get, Replays.put = get, kept
+    try:
+        sample = build(op, name)
+        run_sample(op, sample, slack=slack, tensor_cores=tensor_cores)
+        args, kwargs = moved_to("cpu", sample.args, sample.kwargs, copy=True)
+        served.clear()
+        run_sample(op, replace(sample, args=args, kwargs=kwargs), slack=slack, tensor_cores=tensor_cores)
+    finally:
+        Replays.get, Replays.put = lookup, put
+    assert not recorded or any(served), "a replay was recorded and the repeated call did not take it"
+    return any(served)

@@ -181,7 +181,9 @@ def set_device(device: dict, name: str) -> None:
     capability, tier, sms = DEVICES[name]
     device.update(capability=capability, sms=sms)
     os.environ["FLASHINFER_KERNEL_TIER"] = tier
-    mla_cuda.decode_plan.cache_clear()  # keyed by device, not by what the stub says about it
+    # keyed by device, not by what the stub says about it
+    mla_cuda.decode_plan.cache_clear()
+    _clear_replays()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,6 +419,112 @@ def run() -> dict:
     return results
 
 
+def _like(args: dict) -> dict:
+    """The same call on new memory: every tensor a view of a new storage of its storage's size, at
+    its offset with its shape and strides (arguments sharing a storage share the new one)."""
+    storages = {}
+
+    def like(t):
+        if isinstance(t, (list, tuple)):
+            return type(t)(like(x) for x in t)
+        if not isinstance(t, torch.Tensor):
+            return t
+        old = t.untyped_storage()
+        new = storages.get(old.data_ptr())
+        if new is None:
+            new = storages[old.data_ptr()] = torch.empty(old.nbytes(), dtype=torch.uint8).untyped_storage()
+            new.copy_(old)
+        return torch.empty(0, dtype=t.dtype).set_(new, t.storage_offset(), t.shape, t.stride())
+
+    return {k: like(v) for k, v in args.items()}
+
+
+def _clear_replays() -> None:
+    from flashinfer._core.replay import Replays
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("flashinfer") and module is not None:
+            for value in vars(module).values():
+                if isinstance(value, Replays):
+                    value._replays.clear()
+
+
+def replay_cases():
+    """The cases, and the decode cases again as engines make them: ``out=`` given (the decode's
+    replay needs it), 4-D and 3-D."""
+    rows = cases()
+    for name, devices, fn, kwargs in list(rows):
+        if not name.startswith(("sparse", "paged", "packed")) or "out" in kwargs:
+            continue
+        if any(
+            k in kwargs for k in ("lse", "return_lse", "sinks", "cum_seq_lens_q", "sparse_mla_top_k_lens")
+        ):
+            continue
+        query = kwargs["query"]
+        batch, q_len, heads = query.shape[:3]
+        rank = kwargs.get("kv_lora_rank", 512)
+        rows.append(
+            (
+                f"{name}, out=",
+                devices,
+                fn,
+                {**kwargs, "out": torch.empty(batch, q_len, heads, rank, dtype=BF16)},
+            )
+        )
+        if q_len == 1:
+            rows.append(
+                (
+                    f"{name}, 3-D out=",
+                    devices,
+                    fn,
+                    {**kwargs, "out": torch.empty(batch, heads, rank, dtype=BF16)},
+                )
+            )
+    return rows
+
+
+def replays() -> dict:
+    """``{case @ device: (replayed, equal)}`` for every case and device: a second call of the same
+    call signature on new memory, replayed where the first call left a replay
+    (``flashinfer._core.replay``), and whether its launches equal those of the whole path on that
+    same memory (the replays cleared)."""
+    from flashinfer._core.replay import Replays
+
+    recorder, device = Recorder(), {}
+    install(recorder, device)
+    hits, lookup = [], Replays.get
+
+    def counted(self, key):
+        found = lookup(self, key)
+        hits.append(found is not None)
+        return found
+
+    Replays.get = counted
+    results = {}
+    for name, devices, fn, kwargs in replay_cases():
+        for device_name in devices:
+            set_device(device, device_name)
+            first = {k: (v() if callable(v) else v) for k, v in kwargs.items()}
+            _clear_replays()
+            recorder.start(first)
+            try:
+                with contextlib.redirect_stdout(sys.stderr):
+                    fn(**first)
+            except Exception:  # an error case: nothing recorded to replay
+                continue
+            second = _like(first)
+            recorder.start(second)
+            hits.clear()
+            fn(**second)
+            replayed, repeated = any(hits), recorder.launches
+            _clear_replays()
+            recorder.start(second)
+            fn(**second)
+            whole = recorder.launches
+            results[f"{name} @ {device_name}"] = (replayed, repeated == whole)
+    return results
+
+
 def dumps(results: dict) -> str:
     """One line per case (``{"case": ..., "launches": ...}``), sorted: diffs read case by case."""
     return "".join(
@@ -433,9 +541,10 @@ def main():
     parser.add_argument(
         "--out", required=True, help="where to write the record, one case a line ('-': stdout)"
     )
+    parser.add_argument("--replays", action="store_true", help="record replays() instead, as JSON")
     args = parser.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
-    text = dumps(run())
+    text = json.dumps(replays(), indent=0) if args.replays else dumps(run())
     if args.out == "-":
         sys.stdout.write(text)
     else:

@@ -24,6 +24,7 @@ commit (``python tests/core/launch_protocol.py --out tests/core/launch_protocol_
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -221,3 +222,33 @@ def _first_difference(expected, got, path="") -> str:
             if e != g:
                 return _first_difference(e, g, f"{path}[{i}]")
     return f"{path}: expected {expected!r}, got {got!r}"
+
+
+def test_a_repeated_call_signature_replays_the_same_launches():
+    """A second call of a signature on new memory, replayed (``flashinfer._core.replay``), sends
+    the kernels exactly what the whole path sends for that call: for every recorded case that a
+    replay serves (and the decode cases again with ``out=``, as engines call it)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "FLASHINFER_KERNEL_TIER")}
+    result = subprocess.run(
+        [sys.executable, str(HERE / "launch_protocol.py"), "--replays", "--out", "-"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcomes = json.loads(result.stdout)
+    differing = [case for case, (_, equal) in outcomes.items() if not equal]
+    assert not differing, f"{len(differing)} replays launch differently, first: {differing[0]}"
+    replayed = {case.split(" @ ")[0] for case, (hit, _) in outcomes.items() if hit}
+    # the serving calls of each op with a replay
+    for case in (
+        "sparse float8_e4m3fn, out=",
+        "sparse e4m3, metadata, out=",
+        "sparse bfloat16, 3-D out=",
+        "paged bfloat16, out=",
+        "rope 2-D K, merged outputs (sglang)",
+        "blockscale sm90 bf16 + fp8 weight",
+        "blockscale sm90 fp8 + fp8, per-row weight scales",
+    ):
+        assert case in replayed

@@ -35,4 +35,6 @@ def test_implementation_module_satisfies_the_protocol(module_name, operation):
     expected = list(inspect.signature(getattr(GemmImpl, operation)).parameters.values())[1:]
     got = list(inspect.signature(function).parameters.values())
     assert [(p.name, p.kind, p.annotation) for p in got] == [(p.name, p.kind, p.annotation) for p in expected]
-    assert inspect.signature(function).return_annotation == "None"
+    # an implementation returns what the protocol says, or never a replay (None)
+    returns = inspect.signature(function).return_annotation
+    assert returns in (inspect.signature(getattr(GemmImpl, operation)).return_annotation, "None")

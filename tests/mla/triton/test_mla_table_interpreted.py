@@ -10,7 +10,7 @@ import torch
 import torch._dynamo
 from compile_checks import check_sample
 from mla_ops import OPS
-from optable import build, run_sample, sample_params
+from optable import build, run_sample, run_sample_twice, sample_params
 
 pytestmark = pytest.mark.triton
 
@@ -27,6 +27,20 @@ def interpreted_cuda(kernels, monkeypatch):
 )
 def test_matches_oracle_with_poisoned_outputs(interpreted_cuda, implementation, op, name, seed):
     run_sample(op, build(op, name), tensor_cores=True)
+
+
+REPLAYED = {op.name for op in OPS if op.replayed}
+
+
+@pytest.mark.parametrize(
+    "implementation, op, name", sample_params([op for op in OPS if op.name in REPLAYED], ("cuda",))
+)
+def test_a_repeated_call_signature_is_replayed_and_matches_oracle(
+    interpreted_cuda, implementation, op, name, seed
+):
+    """A serving call's second call of its signature on new data takes the replay the first left
+    (``flashinfer._core.replay``: no checks, the launches repeated) and still matches the oracle."""
+    run_sample_twice(op, name, tensor_cores=True)
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,7 @@ import torch
 from flashinfer._core.constants import FP8_TENSOR_CORE_CAPABILITY
 from flashinfer._core.fallback import warn_reference
 from flashinfer._core.kernel_tier import requested_tier, use_gluon
+from flashinfer._core.replay import Replay
 from flashinfer.utils import get_compute_capability
 
 from . import _reference
@@ -206,9 +207,10 @@ def _scaled_mm_single(a, b, a_scale, b_scale, out) -> None:
 # gemm_groupwise
 
 
-def gemm_groupwise(call: Groupwise) -> None:
+def gemm_groupwise(call: Groupwise) -> Replay | None:
     """``out = dequant(a) @ dequant(b).T`` with block scales, optionally quantized to FP8
-    (:class:`~._args.Groupwise`)."""
+    (:class:`~._args.Groupwise`). Returns the decode-size kernel's replay (a callable that
+    repeats its launches for a record of the same call signature), None from the other routes."""
     a, b, out, output_scale = call.a, call.b, call.out, call.output_scale
     block_m, block_n, block_k = call.block_m, call.block_n, call.block_k
     if not _has_fp8_mma(a.device):
@@ -217,7 +219,7 @@ def gemm_groupwise(call: Groupwise) -> None:
     elif _decode_gemm_takes(call) and not _cublas_ahead_of_decode_gemm(
         a, b, block_m, out, gluon := use_gluon(a.device, GLUON_DECODE_IN_AUTO)
     ):
-        _decode_gemm().gemm_groupwise(call, gluon=gluon)
+        return _decode_gemm().gemm_groupwise(call, gluon=gluon)
     elif (
         _gluon_groupwise_takes(a, b, block_m, block_n, block_k)
         and use_gluon(a.device, GLUON_IN_AUTO)
@@ -236,6 +238,7 @@ def gemm_groupwise(call: Groupwise) -> None:
         from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
         fp8_blockwise.gemm_groupwise(call)
+    return None
 
 
 def _decode_gemm_takes(call: Groupwise) -> bool:
@@ -363,12 +366,13 @@ def _gluon_grouped_takes(call: GroupedContiguous | GroupedMasked) -> bool:
     return _tma_readable(call.a) and _tma_readable(call.b) and use_gluon(call.a.device, GLUON_GROUPED_IN_AUTO)
 
 
-def quantize_fp8_blocks(call: QuantizeBlocks) -> None:
-    """FP8 E4M3 quantization per ``block_rows x 128`` block (:class:`~._args.QuantizeBlocks`)."""
+def quantize_fp8_blocks(call: QuantizeBlocks) -> Replay | None:
+    """FP8 E4M3 quantization per ``block_rows x 128`` block (:class:`~._args.QuantizeBlocks`).
+    Returns the kernel's replay (None where the reference runs)."""
     if not _has_fp8_mma(call.x.device):
         _no_fp8_mma("fp8_blockscale_gemm_sm90 (its FP8 quantization)", call.x.device)
         _reference.quantize_fp8_blocks(call)
-        return
+        return None
     from flashinfer.gemm.kernels.blockwise import fp8_quantize
 
-    fp8_quantize.quantize_blocks(call)
+    return fp8_quantize.quantize_blocks(call)

@@ -14,6 +14,7 @@ from typing import Protocol
 import torch
 
 from flashinfer._core.dispatch import Dispatcher
+from flashinfer._core.replay import Replay
 
 from ._args import Bmm, GroupedContiguous, GroupedMasked, GroupedSegments, Groupwise, QuantizeBlocks
 from ._backends import TABLES
@@ -22,13 +23,15 @@ from ._backends import TABLES
 class GemmImpl(Protocol):
     """What an implementation module (``_reference``, ``_cuda``, ``_mate``) offers: one function per
     argument record, which computes into the record's outputs in place (honouring their strides),
-    never synchronizes with the host and trusts the record (the API layer validated it).
-    ``tests/gemm/test_impl_protocol.py`` holds every module to it."""
+    never synchronizes with the host and trusts the record (the API layer validated it). A function
+    annotated ``Replay | None`` may return a replay of the call (``flashinfer._core.replay``; an
+    implementation that never does says ``None``). ``tests/gemm/test_impl_protocol.py`` holds
+    every module to it."""
 
     def bmm(self, call: Bmm) -> None:
         """``bmm_bf16`` and ``bmm_fp8``."""
 
-    def gemm_groupwise(self, call: Groupwise) -> None:
+    def gemm_groupwise(self, call: Groupwise) -> Replay | None:
         """``gemm_fp8_nt_groupwise``, ``gemm_fp8_nt_blockscaled``, ``fp8_blockscale_gemm_sm90``'s product."""
 
     def group_gemm_contiguous(self, call: GroupedContiguous) -> None:
@@ -40,7 +43,7 @@ class GemmImpl(Protocol):
     def group_gemm_segments(self, call: GroupedSegments) -> None:
         """``group_gemm_fp8_nt_groupwise``."""
 
-    def quantize_fp8_blocks(self, call: QuantizeBlocks) -> None:
+    def quantize_fp8_blocks(self, call: QuantizeBlocks) -> Replay | None:
         """``fp8_blockscale_gemm_sm90``'s quantization of 16-bit operands."""
 
 

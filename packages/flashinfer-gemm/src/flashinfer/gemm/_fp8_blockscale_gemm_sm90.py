@@ -9,10 +9,13 @@ product.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from flashinfer._core.checks import check_device, check_k_major, check_no_overlap, fail, require_tensors
 from flashinfer._core.compile import is_compiling
+from flashinfer._core.replay import Replays, optional_tensor_key, tensor_key
 from flashinfer.api_logging import flashinfer_api
 from flashinfer.utils import ceil_div
 
@@ -23,6 +26,8 @@ _BLOCK = 128
 _E4M3 = torch.float8_e4m3fn
 _BF16 = torch.bfloat16
 _OUT = (torch.bfloat16, torch.float16)
+# replays of the call signatures seen (flashinfer._core.replay)
+_REPLAYS = Replays()
 
 
 def _check_shapes(input_shape, weight_shape) -> tuple:
@@ -212,9 +217,22 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
             "fp8_blockscale_gemm_sm90", (input, weight, input_scale, weight_scale, out, out_dtype)
         )
     try:
+        key = _REPLAYS.key(
+            tensor_key(input), tensor_key(weight), optional_tensor_key(input_scale),
+            optional_tensor_key(weight_scale), optional_tensor_key(out), out_dtype,
+        )  # fmt: skip
+    except AttributeError:  # a non-tensor argument: the checks below say which
+        key = None
+    else:
+        replay = _REPLAYS.get(key)
+        if replay is not None:  # this signature passed every check below (flashinfer._core.replay)
+            if out is not None:
+                check_no_overlap(out, "out", ("input", "weight"), input, weight)
+            return _compute(*replay, input, weight, input_scale, weight_scale, out)[0]
+    try:
         M, N, K = _check_shapes(input.shape, weight.shape)
         input_dtype, weight_dtype, device = input.dtype, weight.dtype, input.device
-        input_scale, weight_scale = _check_input_weight_scales(
+        scale_view, _ = _check_input_weight_scales(
             input_dtype, weight_dtype, input_scale, weight_scale, device, M, N, K
         )
         dtype = _output_dtype(out, out_dtype, M, N, device)
@@ -237,27 +255,64 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
             optional=("input_scale", "weight_scale", "out"),
         )
         raise
+    if M == 0 or N == 0 or K == 0:  # nothing to quantize or multiply: the sum over no k is 0
+        return (torch.empty(M, N, dtype=dtype, device=device) if out is None else out).zero_()
+    plan = _Plan(
+        M, N, K, dtype, device, input_dtype == _BF16, weight_dtype == _BF16,
+        scale_view is not input_scale,  # the MN-major storage, read as its transpose
+        weight_dtype == _E4M3 and weight_scale.shape[0] == N,  # N >= 64 tells the two shapes apart
+    )  # fmt: skip
+    impl = DISPATCH.module(device)
+    ops = (impl.quantize_fp8_blocks, impl.quantize_fp8_blocks, impl.gemm_groupwise)
+    out, replays = _compute(plan, ops, input, weight, input_scale, weight_scale, out)
+    needed = (plan.quantize_input, plan.quantize_weight, True)
+    if key is not None and all(r is not None for r, need in zip(replays, needed) if need):
+        _REPLAYS.put(key, (plan, replays))
+    return out
+
+
+class _Plan(NamedTuple):
+    """What a validated call's signature decides: sizes, output dtype and device, which operands
+    are quantized here, the input scale's storage and the weight scale's granularity."""
+
+    M: int
+    N: int
+    K: int
+    dtype: torch.dtype
+    device: torch.device
+    quantize_input: bool
+    quantize_weight: bool
+    input_scale_mn_major: bool  # the [K/128, M] storage given (_input_scale_view)
+    weight_scale_per_row: bool  # [N, K/128] (1x128 blocks), else [ceil(N/128), K/128]
+
+
+def _compute(plan: _Plan, ops: tuple, input, weight, input_scale, weight_scale, out) -> tuple:
+    """Allocate, quantize and multiply a validated call; ``ops`` are the implementation's
+    ``(quantize_fp8_blocks, quantize_fp8_blocks, gemm_groupwise)`` or, for a repeated call
+    signature, their replays. Returns ``(out, what each op returned)`` (a replay or None)."""
+    quantize_input, quantize_weight, gemm = ops
+    M, N, K, dtype, device = plan.M, plan.N, plan.K, plan.dtype, plan.device
+    k_blocks = K // _BLOCK
     if out is None:  # sizes as arguments (docs/internals.md, host time)
         out = torch.empty(M, N, dtype=dtype, device=device)
-    if M == 0 or N == 0 or K == 0:  # out is (M, N); nothing to quantize or multiply: the sum over no k is 0
-        return out.zero_()
-    impl = DISPATCH.module(device)
-    k_blocks = K // _BLOCK
-    if input_dtype == _BF16:
+    replay_input = replay_weight = None
+    if plan.quantize_input:
         a = torch.empty(M, K, dtype=_E4M3, device=device)
         # column-major (M, K/128): the layout cuBLASLt's 1x128 scales take without a copy
         input_scale = torch.empty(k_blocks, M, dtype=torch.float32, device=device).t()
-        impl.quantize_fp8_blocks(QuantizeBlocks._make((input, 1, a, input_scale)))
+        replay_input = quantize_input(QuantizeBlocks._make((input, 1, a, input_scale)))
     else:
         a = input
-    if weight_dtype == _BF16:
+        if plan.input_scale_mn_major:
+            input_scale = input_scale.t()
+    if plan.quantize_weight:
         b = torch.empty(N, K, dtype=_E4M3, device=device)
         weight_scale = torch.empty(ceil_div(N, _BLOCK), k_blocks, dtype=torch.float32, device=device)
-        impl.quantize_fp8_blocks(QuantizeBlocks._make((weight, _BLOCK, b, weight_scale)))
+        replay_weight = quantize_weight(QuantizeBlocks._make((weight, _BLOCK, b, weight_scale)))
     else:
         b = weight
-    block_n = 1 if weight_scale.shape[0] == N else _BLOCK  # N >= 64 tells the two shapes apart
-    impl.gemm_groupwise(
+    block_n = 1 if plan.weight_scale_per_row else _BLOCK
+    replay_gemm = gemm(
         Groupwise._make((a, b, input_scale, weight_scale, False, False, 1, block_n, _BLOCK, out, None))
     )
-    return out
+    return out, (replay_input, replay_weight, replay_gemm)

@@ -22,6 +22,7 @@ import torch
 from .._core.constants import FP8_TENSOR_CORE_CAPABILITY
 from .._core.fallback import warn_reference
 from .._core.kernel_tier import gluon_supported, use_gluon
+from .._core.replay import Replay
 from ..utils import get_compute_capability, get_device_sm_count
 from . import _reference
 
@@ -51,9 +52,10 @@ def _gluon_kernels():
     return mla_decode_gluon
 
 
-def rope_quantize(call) -> None:
-    """RoPE + FP8 quantize of q and k in one Triton launch (see ``kernels/rope_quantize.py``)."""
-    _kernels()[0].rope_quantize(call)
+def rope_quantize(call) -> Replay | None:
+    """RoPE + FP8 quantize of q and k in one Triton launch (see ``kernels/rope_quantize.py``);
+    returns its replay."""
+    return _kernels()[0].rope_quantize(call)
 
 
 class DecodePlans(NamedTuple):
@@ -124,32 +126,34 @@ def _on_reference(query, op: str) -> bool:
     return False
 
 
-def sparse_decode(call) -> None:
-    """Sparse MLA decode over per-token top-k slot lists (see ``kernels/mla_decode.py``)."""
-    _decode(call, paged=False)
+def sparse_decode(call) -> Replay | None:
+    """Sparse MLA decode over per-token top-k slot lists (see ``kernels/mla_decode.py``); returns
+    the kernels' replay (``flashinfer._core.replay``), None where the reference ran."""
+    return _decode(call, paged=False)
 
 
-def dense_decode(call) -> None:
-    """Paged MLA decode: token ``t`` attends positions ``0 .. L-1`` through the block table."""
-    _decode(call, paged=True)
+def dense_decode(call) -> Replay | None:
+    """Paged MLA decode: token ``t`` attends positions ``0 .. L-1`` through the block table;
+    returns the kernels' replay, None where the reference ran."""
+    return _decode(call, paged=True)
 
 
-def _decode(call, paged: bool) -> None:
+def _decode(call, paged: bool) -> Replay | None:
     """One decode on the tier its dtype, device and layout pick: the reference, or the kernel of
     :func:`_decode_kernel`, planned here unless the caller's metadata carries the plan."""
     query, table = call.query, call.table
     if _on_reference(query, _DENSE_OP if paged else _SPARSE_OP):
         (_reference.dense_decode if paged else _reference.sparse_decode)(call)
-        return
+        return None
     if call.plan is None:
         # the positions a table row can address: the top-k, or the page table's pages
         width = table.shape[-1] * call.kv_cache.shape[-2] if paged else table.shape[-1]
         call = call._replace(plan=decode_plan(*query.shape[:3], width, query.device))
     kernel, plan, rows = _decode_kernel(call, paged)
-    kernel.mla_decode(call, rows, plan)
+    return kernel.mla_decode(call, rows, plan)
 
 
-def packed_sparse_decode(call) -> None:
+def packed_sparse_decode(call) -> Replay | None:
     """Sparse MLA decode over the packed 656-byte rows (:class:`~._args.Decode`, packed form),
     dequantized inside the kernel: the Gluon kernel's ``PACKED`` mode on Hopper (codes x scales
     into a bf16 tile in shared memory, then its BF16 pipeline), else the portable kernel's (in
@@ -161,6 +165,5 @@ def packed_sparse_decode(call) -> None:
     rows = shared.key_rows(call, False)
     lengths = shared.Lengths.ALL if call.seq_lens is None else shared.Lengths.PER_TOKEN
     if use_gluon(call.query.device, auto_ok=PACKED_GLUON_AUTO) and call.plan.gluon is not None:
-        _gluon_kernels().mla_decode(call, rows, call.plan.gluon, packed=True, lengths=lengths)
-    else:
-        portable.mla_decode(call, rows, call.plan.portable, packed=True, lengths=lengths)
+        return _gluon_kernels().mla_decode(call, rows, call.plan.gluon, packed=True, lengths=lengths)
+    return portable.mla_decode(call, rows, call.plan.portable, packed=True, lengths=lengths)

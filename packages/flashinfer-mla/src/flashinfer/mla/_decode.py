@@ -10,12 +10,16 @@ implementation (``docs/internals.md``). Each rule is written once.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from .._core.checks import describe, fail
 from .._core.compile import is_compiling
+from .._core.replay import Replay, Replays, optional_tensor_key, tensor_key
 from ..api_logging import flashinfer_api
 from . import _checks, _packed_decode, _unpacked_decode
+from ._args import Decode
 from ._dispatch import DISPATCH
 from ._metadata import DecodeMetadata
 
@@ -188,6 +192,31 @@ def trtllm_batch_decode_with_kv_cache_mla(
             sparse_mla_top_k_lens, enable_dcp, cp_world, cp_rank, causal_seqlens_kv_global, use_fp16_softmax,
             metadata
         ))  # fmt: skip
+    # ---- a call signature seen before: its checks passed, its launches repeat (flashinfer._core.replay)
+    key = None
+    if (
+        sinks is None
+        and cum_seq_lens_q is None
+        and sparse_mla_top_k_lens is None
+        and causal_seqlens_kv_global is None
+    ):
+        options = (
+            qk_nope_head_dim, kv_lora_rank, qk_rope_head_dim, max_seq_len, sparse_mla_top_k, bmm1_scale, bmm2_scale,
+            skip_softmax_threshold_scale_factor, enable_pdl, backend, is_var_seq, uses_shared_paged_kv_idx, return_lse,
+            cute_dsl_impl, kv_scale_format, max_q_len, enable_dcp, cp_world, cp_rank, use_fp16_softmax,
+        )  # fmt: skip
+        try:
+            key = _REPLAYS.key(
+                tensor_key(query), tensor_key(kv_cache), tensor_key(workspace_buffer), tensor_key(block_tables),
+                optional_tensor_key(seq_lens), optional_tensor_key(out), optional_tensor_key(lse),
+                optional_tensor_key(multi_ctas_kv_counter_buffer), metadata, options, tuple(map(type, options)),
+            )  # fmt: skip
+            replay = _REPLAYS.get(key)
+        except (AttributeError, TypeError):  # a non-tensor, an unhashable value: the checks below say
+            key = replay = None
+        if replay is not None:
+            return replay(query, kv_cache, workspace_buffer, block_tables, seq_lens, out, lse)
+
     # ---- the options both cache forms share, in the order FlashInfer checks them
     if backend not in _checks.BACKENDS:
         raise ValueError(
@@ -230,9 +259,68 @@ def trtllm_batch_decode_with_kv_cache_mla(
     if call is not None:
         impl = DISPATCH.module(query.device)
         if packed:
-            impl.packed_sparse_decode(call)
+            impl_replay = impl.packed_sparse_decode(call)
         elif sparse_mla_top_k:
-            impl.sparse_decode(call)
+            impl_replay = impl.sparse_decode(call)
         else:
-            impl.dense_decode(call)
+            impl_replay = impl.dense_decode(call)
+        if key is not None and impl_replay is not None:
+            given = (query, kv_cache, block_tables, seq_lens, workspace_buffer)
+            _keep_replay(key, call, result, return_lse, lse is None, given, impl_replay)
     return result
+
+
+# replays of the call signatures seen (flashinfer._core.replay)
+_REPLAYS = Replays()
+
+
+class _DecodeReplay(NamedTuple):
+    """A repeated call signature's decode: its outputs allocated as the checks would, its record
+    made from its arguments, the implementation's launches repeated (``_keep_replay``)."""
+
+    scales: tuple  # (bmm1_scale, bmm2_scale) as the record holds them: floats
+    out_shape: tuple  # of the output allocated when none is given
+    out_3d: bool  # a 3-D out given: the record holds its [batch, 1, heads, rank] view
+    lse_shape: tuple | None  # of the LSE allocated for return_lse when none is given
+    return_lse: bool
+    impl: Replay
+
+    def __call__(self, query, kv_cache, workspace, block_tables, seq_lens, out, lse):
+        device = query.device
+        if out is None:
+            out = out4 = torch.empty(*self.out_shape, dtype=torch.bfloat16, device=device)
+        else:
+            _checks.check_decode_out_pointers(out, query, kv_cache)
+            out4 = out.unsqueeze(1) if self.out_3d else out
+        if self.lse_shape is not None:
+            lse = torch.empty(*self.lse_shape, dtype=torch.float32, device=device)
+        self.impl(
+            Decode._make(
+                (query, kv_cache, block_tables, seq_lens, *self.scales, None, out4, lse, None, workspace)
+            )
+        )
+        return (out, lse) if self.return_lse else out
+
+
+def _keep_replay(key, call, result, return_lse: bool, no_lse_given: bool, given: tuple, impl_replay) -> None:
+    """Keep the implementation's replay for ``key`` where the record is the arguments as given
+    (``query, kv_cache, block_tables, seq_lens, workspace_buffer``), the outputs as returned (a 3-D
+    ``out``'s 4-D view) and float scales: a repeated call then makes its record from its own
+    arguments without the checks."""
+    out, lse = result if return_lse else (result, call.lse)
+    scales = (call.bmm1_scale, call.bmm2_scale)
+    recorded = (call.query, call.kv_cache, call.table, call.seq_lens, call.workspace)
+    as_given = (
+        all(r is g for r, g in zip(recorded, given))
+        and call.sinks is None
+        and call.lse is lse
+        and type(scales[0]) is float
+        and type(scales[1]) is float
+        and (call.out is out or call.out.dim() == out.dim() + 1)
+    )
+    if as_given:
+        lse_shape = tuple(lse.shape) if return_lse and no_lse_given else None
+        _REPLAYS.put(
+            key,
+            _DecodeReplay(scales, tuple(out.shape), call.out is not out, lse_shape, return_lse, impl_replay),
+        )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from .._core.dispatch import Dispatcher
+from .._core.replay import Replay
 from ._args import Decode, Rope
 from ._checks import DECODE_BACKENDS
 
@@ -19,23 +20,25 @@ from ._checks import DECODE_BACKENDS
 class MlaImpl(Protocol):
     """What every implementation module (``_reference``, ``_cuda``, ``_mate``) offers: the same
     functions, each taking one validated record (``tests/mla/test_mla_impl_protocol.py`` checks
-    the three modules against it). Outputs are written in place; nothing is returned but the plan.
+    the three modules against it). Outputs are written in place; nothing is returned but the plan
+    and, from the functions annotated ``Replay | None``, possibly a replay of the call
+    (``flashinfer._core.replay``).
     """
 
-    def rope_quantize(self, call: Rope) -> None:
+    def rope_quantize(self, call: Rope) -> Replay | None:
         """RoPE on the rope parts, then scale and saturating FP8 cast of all four parts."""
 
     def decode_plan(self, batch: int, q_len: int, heads: int, topk: int, device) -> object:
         """The schedule of a sparse decode call shape (None where the implementation needs none);
         ``Decode.plan`` of a call whose caller passed metadata."""
 
-    def sparse_decode(self, call: Decode) -> None:
+    def sparse_decode(self, call: Decode) -> Replay | None:
         """Sparse decode over per-token slot lists; plans the call when ``call.plan`` is None."""
 
-    def packed_sparse_decode(self, call: Decode) -> None:
+    def packed_sparse_decode(self, call: Decode) -> Replay | None:
         """Sparse decode over the packed 656-byte rows."""
 
-    def dense_decode(self, call: Decode) -> None:
+    def dense_decode(self, call: Decode) -> Replay | None:
         """Paged (dense) decode through the block table."""
 
 

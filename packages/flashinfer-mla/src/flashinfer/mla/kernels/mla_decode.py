@@ -64,6 +64,7 @@ from .mla_decode_shared import (
     launch_combine,
     list_length,
     mla_combine_kernel,
+    replay_decode,
     split_count,
 )
 
@@ -372,10 +373,9 @@ _DECODE = FastLaunch(mla_decode_kernel)
 _COMBINE = FastLaunch(mla_combine_kernel)
 
 
-def mla_decode(
-    call, rows: KeyRows, plan=None, *, packed: bool = False, lengths: Lengths = Lengths.CAUSAL
-) -> None:
-    """Launch the decode kernel (and the combine when split) on a validated call.
+def mla_decode(call, rows: KeyRows, plan=None, *, packed: bool = False, lengths: Lengths = Lengths.CAUSAL):
+    """Launch the decode kernel (and the combine when split) on a validated call; returns the
+    replay (:func:`.mla_decode_shared.replay_decode`).
 
     Parameters
     ----------
@@ -404,7 +404,7 @@ def mla_decode(
         config = plan.packed_config
     host = host_args(call, plan.num_splits)
     num_splits = host.num_splits
-    _DECODE.launch(
+    decode = _DECODE.bind(
         (batch * q_len * plan.head_blocks * num_splits,),
         query, call.kv_cache, table, host.seq_lens, host.sinks, host.scale1, host.scale2,
         out, host.lse, call.workspace, host.workspace_pad,
@@ -419,5 +419,5 @@ def mla_decode(
         UPCAST_QK=fp8 and config.upcast_qk, QK_IMPRECISE_ACC=QK_IMPRECISE_ACC, PACKED=packed, LENGTH_MODE=lengths.value, SINK_IN_LSE=packed,
         SLOT_PAGE=rows.slot_page, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
-    if num_splits > 1:
-        launch_combine(_COMBINE, call, host, sink_in_lse=packed)
+    combine = launch_combine(_COMBINE, call, host, sink_in_lse=packed) if num_splits > 1 else None
+    return replay_decode(decode, combine, plan.num_splits)

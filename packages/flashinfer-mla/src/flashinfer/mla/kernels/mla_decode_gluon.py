@@ -80,6 +80,7 @@ from .mla_decode_shared import (
     launch_combine,
     list_length,
     mla_combine_kernel,
+    replay_decode,
     split_count,
 )
 
@@ -684,10 +685,9 @@ _DECODE = FastLaunch(mla_decode_gluon_kernel)
 _COMBINE = FastLaunch(mla_combine_kernel)
 
 
-def mla_decode(
-    call, rows: KeyRows, plan=None, *, packed: bool = False, lengths: Lengths = Lengths.CAUSAL
-) -> None:
-    """Launch the Gluon decode kernel (and the combine when split) on a validated call.
+def mla_decode(call, rows: KeyRows, plan=None, *, packed: bool = False, lengths: Lengths = Lengths.CAUSAL):
+    """Launch the Gluon decode kernel (and the combine when split) on a validated call; returns
+    the replay (:func:`.mla_decode_shared.replay_decode`).
 
     Same arguments as the portable kernel's ``mla_decode``; ``plan`` (or ``call.plan``) from
     :func:`plan_decode_gluon`. Needs a Hopper GPU, ``D_V = 512`` and ``D_ROPE = 64``, e4m3 or
@@ -702,7 +702,7 @@ def mla_decode(
     config = PACKED_CONFIG if packed else FP8_CONFIG if fp8 else BF16_CONFIG
     host = host_args(call, plan.num_splits)
     num_splits = host.num_splits
-    _DECODE.launch(
+    decode = _DECODE.bind(
         (batch * q_len * plan.head_blocks * num_splits,),
         query, call.kv_cache, key_list, host.seq_lens, host.sinks, host.scale1, host.scale2,
         out, host.lse, call.workspace, host.workspace_pad,
@@ -717,6 +717,6 @@ def mla_decode(
         PACKED=packed, LENGTH_MODE=lengths.value, SINK_IN_LSE=packed, MAX_SLACK_LOG2=config.max_slack_log2,
         num_warps=4, maxnreg=168,
     )  # fmt: skip
-    if num_splits > 1:
-        # the 576-wide form's LSE leaves the sinks out, the packed form's takes them in
-        launch_combine(_COMBINE, call, host, sink_in_lse=packed)
+    # the 576-wide form's LSE leaves the sinks out, the packed form's takes them in
+    combine = launch_combine(_COMBINE, call, host, sink_in_lse=packed) if num_splits > 1 else None
+    return replay_decode(decode, combine, plan.num_splits)

@@ -268,11 +268,46 @@ def mla_combine_kernel(
         tl.store(lse_ptr + batch * stride_lb + token * stride_lt + head * stride_lh, lse)
 
 
-def launch_combine(launcher: FastLaunch, call, host: HostArgs, sink_in_lse: bool) -> None:
-    """Merge the ``host.num_splits`` partial results in the workspace into ``out`` (and the LSE)."""
+def decode_tensors(call, host: HostArgs) -> tuple:
+    """The tensors a decode kernel's launch takes, in its argument order: ``query, kv_cache, table,
+    seq_lens, sinks, scale1, scale2, out, lse, workspace`` (a scale only where it is a tensor)."""
+    return (
+        call.query, call.kv_cache, call.table, host.seq_lens, host.sinks,
+        *((host.scale1,) if host.scale1_on_device else ()), *((host.scale2,) if host.scale2_on_device else ()),
+        call.out, host.lse, call.workspace,
+    )  # fmt: skip
+
+
+def combine_tensors(call, host: HostArgs) -> tuple:
+    """The tensors :func:`launch_combine` passes, in its argument order."""
+    return (
+        call.workspace,
+        host.sinks,
+        *((host.scale2,) if host.scale2_on_device else ()),
+        call.out,
+        host.lse,
+    )
+
+
+def replay_decode(decode, combine, num_splits: int):
+    """The replay of a decode call's launches (``decode``, and ``combine`` when split: bound
+    launches): for a record of the same call signature, the same launches with its tensors."""
+
+    def replay(call) -> None:
+        host = host_args(call, num_splits)
+        decode(*decode_tensors(call, host))
+        if combine is not None:
+            combine(*combine_tensors(call, host))
+
+    return replay
+
+
+def launch_combine(launcher: FastLaunch, call, host: HostArgs, sink_in_lse: bool):
+    """Merge the ``host.num_splits`` partial results in the workspace into ``out`` (and the LSE);
+    returns the launch, bound (:meth:`~flashinfer._core.triton_launch.FastLaunch.bind`)."""
     out = call.out
     batch, q_len, heads, d_v = out.shape
-    launcher.launch(
+    return launcher.bind(
         (batch * q_len * heads,),
         call.workspace, host.workspace_pad, host.sinks, host.scale2, out, host.lse, heads, q_len,
         host.num_splits, *out.stride()[:3], *host.lse_strides,

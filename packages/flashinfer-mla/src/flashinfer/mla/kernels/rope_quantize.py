@@ -227,8 +227,9 @@ def _token_head(k):
 _ROPE_QUANTIZE = FastLaunch(rope_quantize_kernel)
 
 
-def rope_quantize(call) -> None:
-    """Launch :func:`rope_quantize_kernel` on a validated call.
+def rope_quantize(call):
+    """Launch :func:`rope_quantize_kernel` on a validated call; returns the replay (repeats the
+    launch for a record of the same call signature).
 
     Parameters
     ----------
@@ -243,7 +244,7 @@ def rope_quantize(call) -> None:
     num_k_heads = k_rope.shape[1] if k_rope.dim() == 3 else 1
     nope_dim = q_nope.shape[2]
     meta, head_blocks = launch_meta(rope_dim, nope_dim, num_q_heads, num_k_heads, q_rope_out.dtype)
-    _ROPE_QUANTIZE.launch(
+    launch = _ROPE_QUANTIZE.bind(
         (nnz, head_blocks),
         q_rope, k_rope, q_nope, k_nope,
         q_rope_out, k_rope_out, q_nope_out, k_nope_out,
@@ -254,4 +255,8 @@ def rope_quantize(call) -> None:
         num_q_heads, num_k_heads, cos_sin_cache.shape[0],
         float(quant_scale_q), float(quant_scale_kv),
         IS_NEOX=bool(is_neox), num_warps=NUM_WARPS, **meta,
+    )  # fmt: skip
+    return lambda call: launch(
+        call.q_rope, call.k_rope, call.q_nope, call.k_nope, call.q_rope_out, call.k_rope_out, call.q_nope_out,
+        call.k_nope_out, call.cos_sin_cache, call.pos_ids,
     )  # fmt: skip

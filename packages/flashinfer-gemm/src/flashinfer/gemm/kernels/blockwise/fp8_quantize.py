@@ -76,7 +76,7 @@ def fp8_quantize_kernel(
 _LAUNCH = FastLaunch(fp8_quantize_kernel, varying=("rows", "stride_sr", "stride_sk"))
 
 
-def quantize_blocks(call) -> None:
+def quantize_blocks(call):
     """Launch the block quantization of ``call.x`` into ``call.out`` and ``call.scale``.
 
     Parameters
@@ -85,13 +85,19 @@ def quantize_blocks(call) -> None:
         ``x (rows, cols)`` bf16/fp16 with ``stride(-1) == 1`` and ``cols % 128 == 0``;
         ``block_rows`` 1 or 128; ``out (rows, cols)`` float8_e4m3fn with ``stride(-1) == 1``;
         ``scale`` float32 ``(ceil(rows / block_rows), cols / 128)`` view, any strides.
+
+    Returns
+    -------
+    callable
+        The replay: repeats this launch for a record of the same call signature.
     """
     x, block_rows, out, scale = call
     rows, cols = x.shape
     tile_rows = ACTIVATION_TILE_ROWS if block_rows == 1 else block_rows
     grid = (ceil_div(rows, tile_rows), cols // SCALE_COLS)
-    _LAUNCH.launch(
+    launch = _LAUNCH.bind(
         grid,
         x, out, scale, rows, x.stride(0), out.stride(0), scale.stride(0), scale.stride(1),
         BLOCK_ROWS=block_rows, TILE_ROWS=tile_rows, num_warps=4 if block_rows == 1 else 8,
     )  # fmt: skip
+    return lambda call: launch(call.x, call.out, call.scale)

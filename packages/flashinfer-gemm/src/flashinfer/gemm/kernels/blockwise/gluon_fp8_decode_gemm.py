@@ -266,7 +266,7 @@ def fp8_decode_gemm_ws_kernel(
 _LAUNCH = FastLaunch(fp8_decode_gemm_ws_kernel, varying=("M", "steps_per_split", "stride_sak", "stride_om"))
 
 
-def gemm_groupwise(call, config) -> None:
+def gemm_groupwise(call, config):
     """Launch the decode-size GEMM ``out = dequant(a) @ dequant(b).T`` on the Gluon tier.
 
     Parameters
@@ -278,6 +278,12 @@ def gemm_groupwise(call, config) -> None:
     config : flashinfer.gemm.kernels.blockwise.fp8_decode_gemm.DecodeGemmConfig
         ``block_n`` weight rows (64 or 128), ``block_m`` tokens (8-128, a multiple of 8), ``split``
         and ``stages``.
+
+    Returns
+    -------
+    callable
+        The replay: repeats the launch for a record of the same call signature (new operands,
+        a new partial-sum buffer, the current stream's counters).
     """
     a, b, a_scale, b_scale, out = call.a, call.b, call.a_scale, call.b_scale, call.out
     m, k = a.shape
@@ -286,20 +292,26 @@ def gemm_groupwise(call, config) -> None:
     steps = ceil_div(k_steps, min(config.split, k_steps))
     split = ceil_div(k_steps, steps)  # no empty range
     grid = (ceil_div(n, config.block_n), split, ceil_div(m, config.block_m))
-    partial = counters = out
-    if split > 1:
-        # a 64 x block_m share a math warpgroup and range of the split
-        tiles = grid[0] * grid[2] * (config.block_n // SUB_M.value)
-        partial = torch.empty(
-            split * tiles * SUB_M.value * config.block_m, dtype=torch.float32, device=a.device
-        )
-        counters = _arrival_counters(a.device, tiles * 128)
-    _LAUNCH.launch(
-        grid, tma_rows_descriptor(a, m, config.block_m), tma_rows_descriptor(b, n, config.block_n),
-        a_scale, b_scale, out, partial, counters, m, n, k, steps, *a_scale.stride(), *b_scale.stride(),
-        *out.stride(), SCALE_BM=call.block_m, SCALE_BN=call.block_n, STAGES=config.stages, PARTIAL=split > 1,
-        **launch_options(config.block_n),
+    # a 64 x block_m share a math warpgroup and range of the split
+    tiles = grid[0] * grid[2] * (config.block_n // SUB_M.value)
+    partial_size = split * tiles * SUB_M.value * config.block_m
+
+    def buffers(call):
+        # (partial sums, arrival counters): the output stands in for both without a split
+        if split == 1:
+            return call.out, call.out
+        partial = torch.empty(partial_size, dtype=torch.float32, device=call.a.device)
+        return partial, _arrival_counters(call.a.device, tiles * 128)
+
+    def descriptors(call):
+        return tma_rows_descriptor(call.a, m, config.block_m), tma_rows_descriptor(call.b, n, config.block_n)
+
+    launch = _LAUNCH.bind(
+        grid, *descriptors(call), a_scale, b_scale, out, *buffers(call), m, n, k, steps, *a_scale.stride(),
+        *b_scale.stride(), *out.stride(), SCALE_BM=call.block_m, SCALE_BN=call.block_n, STAGES=config.stages,
+        PARTIAL=split > 1, **launch_options(config.block_n),
     )  # fmt: skip
+    return lambda call: launch(*descriptors(call), call.a_scale, call.b_scale, call.out, *buffers(call))
 
 
 _COUNTERS: dict = {}

@@ -1,0 +1,72 @@
+"""Repeating an eager call's launches when its call signature repeats: the host's fast path.
+
+An engine outside a CUDA graph makes the same call in every layer of every step: the same
+shapes, strides, dtypes and options, new tensors. Validation, the implementation's choices (tier,
+tile, split) and the launch arguments are functions of what this module calls the *call
+signature*; only the pointers change. So the first call of a signature runs the whole path and
+its implementation returns a *replay* (a callable that repeats its launches, through
+:class:`~flashinfer._core.triton_launch.BoundLaunch`, for a record of the same signature); later
+calls of the signature run the checks that read pointers (outputs overlapping inputs) and the
+replay, nothing else.
+
+Rules
+-----
+- A signature holds, for every tensor argument, its shape, strides, dtype, device and pointer
+  remainder mod 16 (alignment picks kernels); every other argument by value; the kernel tier the
+  environment asks for. Whatever the op's validation or implementation reads must be in it.
+- Only the implementation that returns a replay is replayed (the NVIDIA one, for the routes that
+  have one); the reference and MATE return None and always run the whole path.
+- Each op keeps its own :class:`Replays`, at most :data:`MAX_REPLAYS` signatures; it is emptied
+  when the dispatch routing is replaced (``flashinfer._core.dispatch.ROUTING``: tests route CPU
+  tensors to other implementations).
+- A replay keeps no reference to the first call's tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import dispatch
+from .kernel_tier import requested_tier
+
+__all__ = ["MAX_REPLAYS", "Replay", "Replays", "optional_tensor_key", "tensor_key"]
+
+# what an implementation function returns for a call it can repeat: called with another record of
+# the same call signature, it makes the same launches on that record's tensors
+Replay = Callable[[tuple], None]
+
+MAX_REPLAYS = 256
+
+
+def tensor_key(t) -> tuple:
+    """What a call signature holds of a tensor (AttributeError for a non-tensor)."""
+    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15
+
+
+def optional_tensor_key(t) -> tuple | None:
+    """:func:`tensor_key`, or None for None."""
+    return None if t is None else tensor_key(t)
+
+
+class Replays:
+    """One op's replays by call signature (bounded; emptied when the routing is replaced)."""
+
+    def __init__(self):
+        self._replays: dict = {}
+        self._routing = dispatch.ROUTING
+
+    def key(self, *parts) -> tuple:
+        """The signature: the op's ``parts`` and the kernel tier the environment asks for."""
+        return (*parts, requested_tier())
+
+    def get(self, key: tuple):
+        """The replay recorded for ``key``, or None."""
+        if self._routing is not dispatch.ROUTING:
+            self._routing, self._replays = dispatch.ROUTING, {}
+        return self._replays.get(key)
+
+    def put(self, key: tuple, replay) -> None:
+        """Record ``replay`` for ``key``."""
+        if len(self._replays) >= MAX_REPLAYS:
+            self._replays.clear()
+        self._replays[key] = replay
