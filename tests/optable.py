@@ -303,7 +303,7 @@ def raises_before_any_write(op: OpInfo, error: ErrorInput, device="cpu") -> None
         assert _same(now, saved), f"{op.name}: a caller tensor was written before `{error.name}` was rejected"
 
 
-def run_sample_twice(op: OpInfo, name: str, slack=0.0, tensor_cores=None) -> bool:
+def run_sample_twice(op: OpInfo, name: str, device="cpu", slack=0.0, tensor_cores=None) -> bool:
     """Run the sample, then the same call again on new memory (every tensor copied, strides,
     offsets and aliasing kept; the outputs poisoned again): a replay the first call left
     (``flashinfer._core.replay``) must serve the second, which must match the oracle too (a replay
@@ -326,10 +326,12 @@ def run_sample_twice(op: OpInfo, name: str, slack=0.0, tensor_cores=None) -> boo
     Replays.get, Replays.put = get, kept
     try:
         sample = build(op, name)
-        run_sample(op, sample, slack=slack, tensor_cores=tensor_cores)
-        args, kwargs = moved_to("cpu", sample.args, sample.kwargs, copy=True)
+        run_sample(op, sample, device, slack, tensor_cores)
+        if torch.device(device).type == "cpu":  # (run_sample copies the sample to another device)
+            args, kwargs = moved_to("cpu", sample.args, sample.kwargs, copy=True)
+            sample = replace(sample, args=args, kwargs=kwargs)
         served.clear()
-        run_sample(op, replace(sample, args=args, kwargs=kwargs), slack=slack, tensor_cores=tensor_cores)
+        run_sample(op, sample, device, slack, tensor_cores)
     finally:
         Replays.get, Replays.put = lookup, put
     assert not recorded or any(served), "a replay was recorded and the repeated call did not take it"

@@ -28,6 +28,7 @@ from optable import (
     error_params,
     raises_before_any_write,
     run_sample,
+    run_sample_twice,
     to_device,
     use_tier,
 )
@@ -49,6 +50,19 @@ def test_matches_oracle_with_poisoned_outputs(implementation, op, name, seed, mo
         pytest.skip("FP8 tensor cores need compute capability 8.9+")
     use_tier(implementation, monkeypatch)
     run_sample(op, build(op, name), "cuda", CUDA_SLACK.get(op.name, 0.0))
+
+
+@pytest.mark.parametrize("implementation, op, name", cuda_sample_params([op for op in OPS if op.replayed]))
+def test_a_repeated_call_signature_is_replayed_and_matches_oracle(
+    implementation, op, name, seed, monkeypatch
+):
+    """The sample twice, each on new GPU memory: the second call takes the replay the first left
+    where the call is a serving call (``flashinfer._core.replay``: the checks skipped, the launches
+    repeated through ``BoundLaunch``'s direct launch) and matches the oracle with poisoned outputs."""
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("FP8 tensor cores need compute capability 8.9+")
+    use_tier(implementation, monkeypatch)
+    run_sample_twice(op, name, "cuda", CUDA_SLACK.get(op.name, 0.0))
 
 
 @pytest.mark.parametrize("implementation, op, name", error_params(OPS, ("cuda",)))

@@ -15,7 +15,8 @@ Rules
   remainder mod 16 (alignment picks kernels); every other argument by value; the kernel tier the
   environment asks for. Whatever the op's validation or implementation reads must be in it.
 - Only the implementation that returns a replay is replayed (the NVIDIA one, for the routes that
-  have one); the reference and MATE return None and always run the whole path.
+  have one); the reference and MATE return None and always run the whole path, and a call on a
+  device they serve computes no signature (:meth:`Replays.serves`: no host time added there).
 - Each op keeps its own :class:`Replays`, at most :data:`MAX_REPLAYS` signatures; it is emptied
   when the dispatch routing is replaced (``flashinfer._core.dispatch.ROUTING``: tests route CPU
   tensors to other implementations).
@@ -53,7 +54,22 @@ class Replays:
 
     def __init__(self):
         self._replays: dict = {}
+        self._serves: dict = {}  # device -> whether the NVIDIA implementation serves it
         self._routing = dispatch.ROUTING
+
+    def serves(self, device) -> bool:
+        """Whether calls on ``device`` may be replayed: the NVIDIA implementation serves it (the
+        only one that returns replays); cached per device."""
+        if self._routing is not dispatch.ROUTING:
+            self._reset()
+        try:
+            return self._serves[device]
+        except KeyError:
+            serves = self._serves[device] = dispatch.implementation_kind(device) == "cuda"
+            return serves
+
+    def _reset(self) -> None:
+        self._routing, self._replays, self._serves = dispatch.ROUTING, {}, {}
 
     def key(self, *parts) -> tuple:
         """The signature: the op's ``parts`` and the kernel tier the environment asks for."""
@@ -62,7 +78,7 @@ class Replays:
     def get(self, key: tuple):
         """The replay recorded for ``key``, or None."""
         if self._routing is not dispatch.ROUTING:
-            self._routing, self._replays = dispatch.ROUTING, {}
+            self._reset()
         return self._replays.get(key)
 
     def put(self, key: tuple, replay) -> None:

@@ -216,14 +216,16 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
         return _compile.call(
             "fp8_blockscale_gemm_sm90", (input, weight, input_scale, weight_scale, out, out_dtype)
         )
+    key = None
     try:
-        key = _REPLAYS.key(
-            tensor_key(input), tensor_key(weight), optional_tensor_key(input_scale),
-            optional_tensor_key(weight_scale), optional_tensor_key(out), out_dtype,
-        )  # fmt: skip
+        if _REPLAYS.serves(input.device):
+            key = _REPLAYS.key(
+                tensor_key(input), tensor_key(weight), optional_tensor_key(input_scale),
+                optional_tensor_key(weight_scale), optional_tensor_key(out), out_dtype,
+            )  # fmt: skip
     except AttributeError:  # a non-tensor argument: the checks below say which
-        key = None
-    else:
+        pass
+    if key is not None:
         replay = _REPLAYS.get(key)
         if replay is not None:  # this signature passed every check below (flashinfer._core.replay)
             if out is not None:

@@ -146,17 +146,18 @@ def rope_quantize_fp8(
         and q_nope_out is not None
         and k_nope_out is not None
     ):
-        options = (is_neox, quantize_dtype, quant_scale_q, quant_scale_kv, enable_pdl)
         try:
-            key = _REPLAYS.key(
-                tensor_key(q_rope), tensor_key(k_rope), tensor_key(q_nope), tensor_key(k_nope),
-                tensor_key(cos_sin_cache), tensor_key(pos_ids), tensor_key(q_rope_out), tensor_key(k_rope_out),
-                tensor_key(q_nope_out), tensor_key(k_nope_out), options, tuple(map(type, options)),
-            )  # fmt: skip
-            replay = _REPLAYS.get(key)
+            if _REPLAYS.serves(q_rope.device):
+                options = (is_neox, quantize_dtype, quant_scale_q, quant_scale_kv, enable_pdl)
+                key = _REPLAYS.key(
+                    tensor_key(q_rope), tensor_key(k_rope), tensor_key(q_nope), tensor_key(k_nope),
+                    tensor_key(cos_sin_cache), tensor_key(pos_ids), tensor_key(q_rope_out), tensor_key(k_rope_out),
+                    tensor_key(q_nope_out), tensor_key(k_nope_out), options, tuple(map(type, options)),
+                )  # fmt: skip
+                replay = _REPLAYS.get(key)
         except (AttributeError, TypeError):  # a non-tensor, an unhashable value: the checks below say
-            key = replay = None
-        if replay is not None:
+            key = None
+        if key is not None and replay is not None:
             is_neox, quant_scale_q, quant_scale_kv, impl_replay = replay
             impl_replay(
                 Rope._make((
