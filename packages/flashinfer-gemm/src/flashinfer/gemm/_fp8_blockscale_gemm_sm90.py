@@ -9,8 +9,6 @@ product.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
 from flashinfer._core.checks import check_device, check_k_major, check_no_overlap, fail, require_tensors
@@ -230,7 +228,8 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
         if replay is not None:  # this signature passed every check below (flashinfer._core.replay)
             if out is not None:
                 check_no_overlap(out, "out", ("input", "weight"), input, weight)
-            return _compute(*replay, input, weight, input_scale, weight_scale, out)[0]
+            plan, replays = replay
+            return _compute(plan, None, replays, input, weight, input_scale, weight_scale, out)[0]
     try:
         M, N, K = _check_shapes(input.shape, weight.shape)
         input_dtype, weight_dtype, device = input.dtype, weight.dtype, input.device
@@ -259,61 +258,53 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
         raise
     if M == 0 or N == 0 or K == 0:  # nothing to quantize or multiply: the sum over no k is 0
         return (torch.empty(M, N, dtype=dtype, device=device) if out is None else out).zero_()
-    plan = _Plan(
+    # what the signature decides (a plain tuple: host time), _compute's `plan`
+    plan = (
         M, N, K, dtype, device, input_dtype == _BF16, weight_dtype == _BF16,
         scale_view is not input_scale,  # the MN-major storage, read as its transpose
         weight_dtype == _E4M3 and weight_scale.shape[0] == N,  # N >= 64 tells the two shapes apart
     )  # fmt: skip
-    impl = DISPATCH.module(device)
-    ops = (impl.quantize_fp8_blocks, impl.quantize_fp8_blocks, impl.gemm_groupwise)
-    out, replays = _compute(plan, ops, input, weight, input_scale, weight_scale, out)
-    needed = (plan.quantize_input, plan.quantize_weight, True)
-    if key is not None and all(r is not None for r, need in zip(replays, needed) if need):
-        _REPLAYS.put(key, (plan, replays))
+    out, replays = _compute(
+        plan, DISPATCH.module(device), None, input, weight, input_scale, weight_scale, out
+    )
+    if key is not None and all(r is not None for r, used in zip(replays, (plan[5], plan[6], True)) if used):
+        _REPLAYS.put(key, (plan, replays))  # every launch the call made has its replay
     return out
 
 
-class _Plan(NamedTuple):
-    """What a validated call's signature decides: sizes, output dtype and device, which operands
-    are quantized here, the input scale's storage and the weight scale's granularity."""
+def _compute(plan: tuple, impl, replays, input, weight, input_scale, weight_scale, out) -> tuple:
+    """Allocate, quantize and multiply a validated call through the implementation module
+    ``impl`` or, for a repeated call signature, the ``replays`` its first call returned.
 
-    M: int
-    N: int
-    K: int
-    dtype: torch.dtype
-    device: torch.device
-    quantize_input: bool
-    quantize_weight: bool
-    input_scale_mn_major: bool  # the [K/128, M] storage given (_input_scale_view)
-    weight_scale_per_row: bool  # [N, K/128] (1x128 blocks), else [ceil(N/128), K/128]
-
-
-def _compute(plan: _Plan, ops: tuple, input, weight, input_scale, weight_scale, out) -> tuple:
-    """Allocate, quantize and multiply a validated call; ``ops`` are the implementation's
-    ``(quantize_fp8_blocks, quantize_fp8_blocks, gemm_groupwise)`` or, for a repeated call
-    signature, their replays. Returns ``(out, what each op returned)`` (a replay or None)."""
-    quantize_input, quantize_weight, gemm = ops
-    M, N, K, dtype, device = plan.M, plan.N, plan.K, plan.dtype, plan.device
+    ``plan``: ``(M, N, K, out dtype, device, quantize the input, quantize the weight, the input
+    scale given as its [K/128, M] MN-major storage, 1x128 weight scale blocks)``. Returns ``(out,
+    what the quantizations and the GEMM returned)`` (each a replay or None)."""
+    if replays is None:
+        quantize_a = quantize_b = impl.quantize_fp8_blocks
+        gemm = impl.gemm_groupwise
+    else:
+        quantize_a, quantize_b, gemm = replays
+    M, N, K, dtype, device, quantize_input, quantize_weight, input_scale_mn_major, weight_scale_per_row = plan
     k_blocks = K // _BLOCK
     if out is None:  # sizes as arguments (docs/internals.md, host time)
         out = torch.empty(M, N, dtype=dtype, device=device)
     replay_input = replay_weight = None
-    if plan.quantize_input:
+    if quantize_input:
         a = torch.empty(M, K, dtype=_E4M3, device=device)
         # column-major (M, K/128): the layout cuBLASLt's 1x128 scales take without a copy
         input_scale = torch.empty(k_blocks, M, dtype=torch.float32, device=device).t()
-        replay_input = quantize_input(QuantizeBlocks._make((input, 1, a, input_scale)))
+        replay_input = quantize_a(QuantizeBlocks._make((input, 1, a, input_scale)))
     else:
         a = input
-        if plan.input_scale_mn_major:
+        if input_scale_mn_major:
             input_scale = input_scale.t()
-    if plan.quantize_weight:
+    if quantize_weight:
         b = torch.empty(N, K, dtype=_E4M3, device=device)
         weight_scale = torch.empty(ceil_div(N, _BLOCK), k_blocks, dtype=torch.float32, device=device)
-        replay_weight = quantize_weight(QuantizeBlocks._make((weight, _BLOCK, b, weight_scale)))
+        replay_weight = quantize_b(QuantizeBlocks._make((weight, _BLOCK, b, weight_scale)))
     else:
         b = weight
-    block_n = 1 if plan.weight_scale_per_row else _BLOCK
+    block_n = 1 if weight_scale_per_row else _BLOCK
     replay_gemm = gemm(
         Groupwise._make((a, b, input_scale, weight_scale, False, False, 1, block_n, _BLOCK, out, None))
     )
