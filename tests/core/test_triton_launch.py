@@ -411,3 +411,19 @@ def test_a_launch_bound_without_a_compiled_kernel_always_takes_fast_launch(kerne
     bound(x, out)
     # the hook kept bind's launch on the JIT path (nothing cached to bind); FastLaunch then runs
     assert len(kernel.jit_calls) == 2 and len(kernel.fast_calls) == 1
+
+
+def test_a_bound_launch_keeps_no_reference_to_the_bound_tensors(kernel):
+    import gc
+    import weakref
+
+    fast = triton_launch.FastLaunch(kernel)
+    x, out = torch.randn(64), torch.empty(64)
+    bound = fast.bind((1,), x, out, 64, 0.5, BLOCK=16)
+    kernel.jit_calls.clear()  # the JIT path's record holds the first call's tensors
+    refs = [weakref.ref(x), weakref.ref(out)]
+    del x, out
+    gc.collect()
+    assert all(ref() is None for ref in refs)
+    bound(torch.randn(64), torch.empty(64))
+    assert len(kernel.fast_calls) == 1

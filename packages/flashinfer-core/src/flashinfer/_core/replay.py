@@ -21,22 +21,27 @@ Rules
   when the dispatch routing is replaced (``flashinfer._core.dispatch.ROUTING``: tests route CPU
   tensors to other implementations).
 - A replay keeps no reference to the first call's tensors.
+- ``FLASHINFER_EAGER_REPLAY=0`` (read once, at import) turns replays off: every call takes the
+  whole path (A/B timing, or a way around a replay that misbehaves).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from . import dispatch
 from .kernel_tier import requested_tier
 
-__all__ = ["MAX_REPLAYS", "Replay", "Replays", "optional_tensor_key", "tensor_key"]
+__all__ = ["ENABLED", "MAX_REPLAYS", "REPLAY_ENV", "Replay", "Replays", "optional_tensor_key", "tensor_key"]
 
 # what an implementation function returns for a call it can repeat: called with another record of
 # the same call signature, it makes the same launches on that record's tensors
 Replay = Callable[[tuple], None]
 
 MAX_REPLAYS = 256
+REPLAY_ENV = "FLASHINFER_EAGER_REPLAY"
+ENABLED = os.environ.get(REPLAY_ENV, "1") not in ("0", "false", "False")
 
 
 def tensor_key(t) -> tuple:
@@ -65,7 +70,7 @@ class Replays:
         try:
             return self._serves[device]
         except KeyError:
-            serves = self._serves[device] = dispatch.implementation_kind(device) == "cuda"
+            serves = self._serves[device] = ENABLED and dispatch.implementation_kind(device) == "cuda"
             return serves
 
     def _reset(self) -> None:
