@@ -28,8 +28,9 @@ Rules
   through ``kernel[grid]`` itself. The protocol used (``CompiledKernel.run`` taking the grid,
   stream, function handle, packed metadata, launch metadata and the two hooks, then every
   parameter in signature order) is the one ``JITFunction.run`` itself uses in Triton 3.4 to
-  3.9; ``tests/core/test_triton_launch.py`` checks it against the installed Triton's source and
-  runs every decision with the launcher stubbed; it has run on 3.6 (H200).
+  3.9; a launcher without scratch buffers is called one step further in, at its C launch, as
+  ``CudaLauncher.__call__`` calls it. ``tests/core/test_triton_launch.py`` checks both against
+  the installed Triton's source and runs every decision with the launcher stubbed.
 - The launch runs on the first tensor argument's device (a device guard when that is not the
   current device). Callers have validated that every tensor lives on that CUDA device: pointers
   are passed as integers, which the launcher does not check again.
@@ -157,7 +158,7 @@ def _direct_launcher(run):
     """``(C launch function, its leading options)`` of a compiled kernel's launcher, or None.
 
     Triton's ``CudaLauncher.__call__`` allocates the kernel's scratch buffers (none for most
-    kernels) and hands its arguments on to the C launch with three options put in front (the
+    kernels) and hands its arguments on to the C launch with four options put in front (the
     cooperative-grid and PDL flags, the two scratch buffers): without scratch, calling the C
     launch directly with the same arguments skips a Python frame a launch.
     """
