@@ -420,4 +420,4 @@ def mla_decode(call, rows: KeyRows, plan=None, *, packed: bool = False, lengths:
         SLOT_PAGE=rows.slot_page, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     combine = launch_combine(_COMBINE, call, host, sink_in_lse=packed) if num_splits > 1 else None
-    return replay_decode(decode, combine, plan.num_splits)
+    return replay_decode(call, host, decode, combine)

@@ -719,4 +719,4 @@ def mla_decode(call, rows: KeyRows, plan=None, *, packed: bool = False, lengths:
     )  # fmt: skip
     # the 576-wide form's LSE leaves the sinks out, the packed form's takes them in
     combine = launch_combine(_COMBINE, call, host, sink_in_lse=packed) if num_splits > 1 else None
-    return replay_decode(decode, combine, plan.num_splits)
+    return replay_decode(call, host, decode, combine)

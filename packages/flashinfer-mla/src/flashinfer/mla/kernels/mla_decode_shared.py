@@ -289,15 +289,32 @@ def combine_tensors(call, host: HostArgs) -> tuple:
     )
 
 
-def replay_decode(decode, combine, num_splits: int):
+def replay_decode(call, host: HostArgs, decode, combine):
     """The replay of a decode call's launches (``decode``, and ``combine`` when split: bound
-    launches): for a record of the same call signature, the same launches with its tensors."""
+    launches): for a record of the same call signature, the same launches with its tensors.
+
+    What the signature fixes is read once, here: the split count and workspace padding (the
+    workspace's size and pointer remainder), which tensors stand in for absent ones (``host``'s
+    rules) and whether a scale is a tensor.
+    """
+    lens_from_table, has_sinks, has_lse = call.seq_lens is None, call.sinks is not None, call.lse is not None
+    scales_on_device = host.scale1_on_device or host.scale2_on_device
+    num_splits = host.num_splits
 
     def replay(call) -> None:
-        host = host_args(call, num_splits)
-        decode(*decode_tensors(call, host))
+        if scales_on_device:  # the scales' 0-dim views are made per call
+            again = host_args(call, num_splits)
+            decode(*decode_tensors(call, again))
+            if combine is not None:
+                combine(*combine_tensors(call, again))
+            return
+        seq_lens = call.table if lens_from_table else call.seq_lens
+        sinks = call.sinks if has_sinks else seq_lens
+        out, workspace = call.out, call.workspace
+        lse = call.lse3 if has_lse else out
+        decode(call.query, call.kv_cache, call.table, seq_lens, sinks, out, lse, workspace)
         if combine is not None:
-            combine(*combine_tensors(call, host))
+            combine(workspace, sinks, out, lse)
 
     return replay
 
