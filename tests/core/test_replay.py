@@ -19,7 +19,7 @@ def test_a_tensor_key_holds_layout_dtype_device_and_alignment():
 
 def test_only_devices_the_nvidia_implementation_serves_are_replayed(monkeypatch):
     replays = replay.Replays()
-    cpu = torch.device("cpu")
+    cpu = torch.empty(1)
     assert not replays.serves(cpu)  # the reference serves the CPU: no signature computed
     monkeypatch.setattr(
         dispatch, "ROUTING", dispatch.ROUTING.routed("cpu", "cuda")._replace(force_reference=False)
@@ -52,4 +52,4 @@ def test_the_switch_turns_replays_off(monkeypatch):
     monkeypatch.setattr(
         dispatch, "ROUTING", dispatch.ROUTING.routed("cpu", "cuda")._replace(force_reference=False)
     )
-    assert not replay.Replays().serves(torch.device("cpu"))
+    assert not replay.Replays().serves(torch.empty(1))

@@ -30,6 +30,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+import torch
+
 from . import dispatch
 from .kernel_tier import requested_tier
 
@@ -58,23 +60,31 @@ class Replays:
     """One op's replays by call signature (bounded; emptied when the routing is replaced)."""
 
     def __init__(self):
-        self._replays: dict = {}
-        self._serves: dict = {}  # device -> whether the NVIDIA implementation serves it
-        self._routing = dispatch.ROUTING
-
-    def serves(self, device) -> bool:
-        """Whether calls on ``device`` may be replayed: the NVIDIA implementation serves it (the
-        only one that returns replays); cached per device."""
-        if self._routing is not dispatch.ROUTING:
-            self._reset()
-        try:
-            return self._serves[device]
-        except KeyError:
-            serves = self._serves[device] = ENABLED and dispatch.implementation_kind(device) == "cuda"
-            return serves
+        self._reset()
 
     def _reset(self) -> None:
         self._routing, self._replays, self._serves = dispatch.ROUTING, {}, {}
+        self._serves_cpu = self._decide(torch.device("cpu"))
+
+    @staticmethod
+    def _decide(device) -> bool:
+        return ENABLED and dispatch.implementation_kind(device) == "cuda"
+
+    def serves(self, tensor) -> bool:
+        """Whether calls on ``tensor``'s device may be replayed: the NVIDIA implementation serves
+        it (the only one that returns replays). Decided once per device; a CPU tensor, whose
+        reference path should pay nothing for replays elsewhere, is told without reading its
+        device (AttributeError for a non-tensor)."""
+        if self._routing is not dispatch.ROUTING:
+            self._reset()
+        if tensor.is_cpu:
+            return self._serves_cpu
+        device = tensor.device
+        try:
+            return self._serves[device]
+        except KeyError:
+            serves = self._serves[device] = self._decide(device)
+            return serves
 
     def key(self, *parts) -> tuple:
         """The signature: the op's ``parts`` and the kernel tier the environment asks for."""

@@ -194,26 +194,29 @@ def trtllm_batch_decode_with_kv_cache_mla(
         ))  # fmt: skip
     # ---- a call signature seen before: its checks passed, its launches repeat (flashinfer._core.replay)
     key = None
-    if (
+    try:
+        replayed = _REPLAYS.serves(query)
+    except AttributeError:  # a non-tensor: the checks below say
+        replayed = False
+    if replayed and (
         sinks is None
         and cum_seq_lens_q is None
         and sparse_mla_top_k_lens is None
         and causal_seqlens_kv_global is None
     ):
         try:
-            if _REPLAYS.serves(query.device):
-                options = (
-                    qk_nope_head_dim, kv_lora_rank, qk_rope_head_dim, max_seq_len, sparse_mla_top_k, bmm1_scale,
-                    bmm2_scale, skip_softmax_threshold_scale_factor, enable_pdl, backend, is_var_seq,
-                    uses_shared_paged_kv_idx, return_lse, cute_dsl_impl, kv_scale_format, max_q_len, enable_dcp,
-                    cp_world, cp_rank, use_fp16_softmax,
-                )  # fmt: skip
-                key = _REPLAYS.key(
-                    tensor_key(query), tensor_key(kv_cache), tensor_key(workspace_buffer), tensor_key(block_tables),
-                    optional_tensor_key(seq_lens), optional_tensor_key(out), optional_tensor_key(lse),
-                    optional_tensor_key(multi_ctas_kv_counter_buffer), metadata, options, tuple(map(type, options)),
-                )  # fmt: skip
-                replay = _REPLAYS.get(key)
+            options = (
+                qk_nope_head_dim, kv_lora_rank, qk_rope_head_dim, max_seq_len, sparse_mla_top_k, bmm1_scale,
+                bmm2_scale, skip_softmax_threshold_scale_factor, enable_pdl, backend, is_var_seq,
+                uses_shared_paged_kv_idx, return_lse, cute_dsl_impl, kv_scale_format, max_q_len, enable_dcp,
+                cp_world, cp_rank, use_fp16_softmax,
+            )  # fmt: skip
+            key = _REPLAYS.key(
+                tensor_key(query), tensor_key(kv_cache), tensor_key(workspace_buffer), tensor_key(block_tables),
+                optional_tensor_key(seq_lens), optional_tensor_key(out), optional_tensor_key(lse),
+                optional_tensor_key(multi_ctas_kv_counter_buffer), metadata, options, tuple(map(type, options)),
+            )  # fmt: skip
+            replay = _REPLAYS.get(key)
         except (AttributeError, TypeError):  # a non-tensor, an unhashable value: the checks below say
             key = None
         if key is not None and replay is not None:

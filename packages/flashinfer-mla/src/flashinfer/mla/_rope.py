@@ -138,7 +138,11 @@ def rope_quantize_fp8(
     # a call signature seen before: its checks passed, its launch repeats (flashinfer._core.replay);
     # the serving call: both nope parts and every output given
     key = None
-    if (
+    try:
+        replayed = _REPLAYS.serves(q_rope)
+    except AttributeError:  # a non-tensor: the checks below say
+        replayed = False
+    if replayed and (
         q_nope is not None
         and k_nope is not None
         and q_rope_out is not None
@@ -147,14 +151,13 @@ def rope_quantize_fp8(
         and k_nope_out is not None
     ):
         try:
-            if _REPLAYS.serves(q_rope.device):
-                options = (is_neox, quantize_dtype, quant_scale_q, quant_scale_kv, enable_pdl)
-                key = _REPLAYS.key(
-                    tensor_key(q_rope), tensor_key(k_rope), tensor_key(q_nope), tensor_key(k_nope),
-                    tensor_key(cos_sin_cache), tensor_key(pos_ids), tensor_key(q_rope_out), tensor_key(k_rope_out),
-                    tensor_key(q_nope_out), tensor_key(k_nope_out), options, tuple(map(type, options)),
-                )  # fmt: skip
-                replay = _REPLAYS.get(key)
+            options = (is_neox, quantize_dtype, quant_scale_q, quant_scale_kv, enable_pdl)
+            key = _REPLAYS.key(
+                tensor_key(q_rope), tensor_key(k_rope), tensor_key(q_nope), tensor_key(k_nope),
+                tensor_key(cos_sin_cache), tensor_key(pos_ids), tensor_key(q_rope_out), tensor_key(k_rope_out),
+                tensor_key(q_nope_out), tensor_key(k_nope_out), options, tuple(map(type, options)),
+            )  # fmt: skip
+            replay = _REPLAYS.get(key)
         except (AttributeError, TypeError):  # a non-tensor, an unhashable value: the checks below say
             key = None
         if key is not None and replay is not None:
