@@ -3,7 +3,7 @@
 ``eager_calls.py`` times these calls on a GPU. Here, without one, the NVIDIA implementation runs
 on CPU tensors of the same shapes against a stubbed H200 (``tests/core/launch_protocol.py``'s
 ``install``: compute capability 9.0, 132 multiprocessors, the ``auto`` tier), with the real
-``FastLaunch`` and ``BoundLaunch`` in front of a compiled launcher that does nothing: validation,
+``FastLaunch`` and its bound launches in front of a compiled launcher that does nothing: validation,
 the implementation's choices, the launch layer and any replay (``flashinfer._core.replay``), all
 but the driver's launch and the GPU. Each row is the thread's CPU time per call, best of many
 rounds of back-to-back calls. CPU tensor allocations cost less than CUDA ones and the driver's

@@ -58,7 +58,8 @@ def test_a_repeated_call_signature_is_replayed_and_matches_oracle(
 ):
     """The sample twice, each on new GPU memory: the second call takes the replay the first left
     where the call is a serving call (``flashinfer._core.replay``: the checks skipped, the launches
-    repeated through ``BoundLaunch``'s direct launch) and matches the oracle with poisoned outputs."""
+    repeated through bound launches, which call the compiled launchers directly) and matches the
+    oracle with poisoned outputs."""
     if torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("FP8 tensor cores need compute capability 8.9+")
     use_tier(implementation, monkeypatch)

@@ -5,7 +5,7 @@ shapes, strides, dtypes and options, new tensors. Validation, the implementation
 tile, split) and the launch arguments are functions of what this module calls the *call
 signature*; only the pointers change. So the first call of a signature runs the whole path and
 its implementation returns a *replay* (a callable that repeats its launches, through
-:class:`~flashinfer._core.triton_launch.BoundLaunch`, for a record of the same signature); later
+:meth:`~flashinfer._core.triton_launch.FastLaunch.bind`, for a record of the same signature); later
 calls of the signature run the checks that read pointers (outputs overlapping inputs) and the
 replay, nothing else.
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 import re
 import sys
 import threading
+from collections.abc import Callable
 
 import torch
 import triton
@@ -55,7 +56,7 @@ try:
 except ImportError:  # Triton < 3.4: its compiled kernels take another argument list
     knobs = None
 
-__all__ = ["AUTOTUNED_LAUNCH", "BoundLaunch", "FastLaunch", "MAX_ENTRIES", "SUPPORTED_TRITON", "TunedLaunch"]
+__all__ = ["AUTOTUNED_LAUNCH", "FastLaunch", "MAX_ENTRIES", "SUPPORTED_TRITON", "TunedLaunch"]
 
 MAX_ENTRIES = 256
 # (major, minor) of the first and last Triton whose launch protocol FastLaunch follows.
@@ -230,9 +231,23 @@ class FastLaunch:
         launch, options, constexprs = entry
         launch(*grid, *(1,) * (3 - len(grid)), _current_stream(device), *options, *call_args, *constexprs)
 
-    def bind(self, grid: tuple, *args, **kwargs) -> BoundLaunch:
-        """Launch as :meth:`launch` does and return a :class:`BoundLaunch` that repeats this
-        launch for other tensors in the tensors' places (every other argument as given here)."""
+    def bind(self, grid: tuple, *args, **kwargs) -> Callable[..., None]:
+        """Launch as :meth:`launch` does and return the launch, bound: a function that repeats
+        it for other tensors.
+
+        Called with the per-call objects of a new call (its tensors and TMA descriptors, in the
+        order they take among ``args``), the bound launch launches the same kernel on the same
+        grid with the same other arguments: each tensor's pointer (each descriptor) goes where the
+        bound one went, through the compiled launcher directly. The caller guarantees what these
+        objects cannot show: that the grid, every other argument and each descriptor's shape,
+        block shape and layout are what its new call would pass (the op's call signature decides
+        them). The bound launch checks the rest of what picks the compiled kernel: the device
+        (current, and the first tensor's), each tensor's (descriptor base's) dtype and each
+        pointer's remainder mod 16, and that no launch hook is set; a call that differs takes
+        :meth:`launch` with the arguments put back together, as does every call where nothing
+        compiled was found to bind (the JIT path, interpreted kernels, stubs). It keeps no
+        reference to ``args``' tensors.
+        """
         self.launch(grid, *args, **kwargs)
         entry = device = None
         prepare = self._patterns.get(tuple(map(type, args))) if self.enabled and not _hooks_set() else None
@@ -240,7 +255,8 @@ class FastLaunch:
             key_args, _, first = prepare(args)
             device = _current_device() if first is None else first.get_device()
             entry = self._compiled.get((device, prepare, tuple(kwargs.items()), key_args))
-        return BoundLaunch(self, grid, args, kwargs, entry, device)
+        fallback = _fallback_launch(self, grid, args, kwargs)
+        return fallback if entry is None else _bound_launch(self, grid, args, entry, device, fallback)
 
     def _compile_and_launch(self, key, grid, args, kwargs) -> None:
         compiled = self.kernel[grid](*args, **kwargs)
@@ -263,88 +279,73 @@ class FastLaunch:
         self._compiled[key] = entry
 
 
-class BoundLaunch:
-    """One launch of a :class:`FastLaunch` kernel, repeated for other tensors.
+def _fallback_launch(fast: FastLaunch, grid: tuple, args: tuple, kwargs: dict):
+    """The bound launch through :meth:`FastLaunch.launch`: the per-call objects put back in their
+    places among ``args`` (a call whose kernel would differ, or nothing compiled to bind)."""
+    positions = [i for i, a in enumerate(args) if _per_call(a)]
+    held = tuple(None if _per_call(a) else a for a in args)
 
-    Made by :meth:`FastLaunch.bind`. Calling it with the per-call objects of a new call (its
-    tensors and TMA descriptors, in the order they take among the bound arguments) launches the
-    same kernel on the same grid with the same other arguments: each tensor's pointer (each
-    descriptor) goes where the bound one went. The caller guarantees what these objects cannot
-    show: that the grid, every other argument and each descriptor's shape, block shape and
-    layout are what its new call would pass (the op's call signature decides them). The launch
-    checks the rest of what picks the compiled kernel: the device (current, and the first
-    tensor's), each tensor's (descriptor base's) dtype and each pointer's remainder mod 16, and
-    that no launch hook is set; a call that differs takes :meth:`FastLaunch.launch` with the
-    arguments put back together, as does every call where nothing compiled was found to bind
-    (the JIT path, interpreted kernels, stubs). It keeps no reference to the bound call's tensors.
-    """
+    def fallback(*objects) -> None:
+        call = list(held)
+        for position, obj in zip(positions, objects):
+            call[position] = obj
+        fast.launch(grid, *call, **kwargs)
 
-    def __init__(self, fast: FastLaunch, grid: tuple, args: tuple, kwargs: dict, entry, device):
-        self.fast, self.grid, self.kwargs = fast, grid, kwargs
-        self.positions = [i for i, a in enumerate(args) if _per_call(a)]
-        self._call = self._fallback if entry is None else self._written(args, entry, device)
-        self.args = tuple(None if _per_call(a) else a for a in args)
+    return fallback
 
-    def __call__(self, *objects) -> None:
-        self._call(*objects)
 
-    def _fallback(self, *objects) -> None:
-        args = list(self.args)
-        for position, obj in zip(self.positions, objects):
-            args[position] = obj
-        self.fast.launch(self.grid, *args, **self.kwargs)
-
-    def _written(self, args, entry, device):
-        """The launch as one function of the per-call objects, its constants bound by name."""
-        launch, options, constexprs = entry
-        scope = {
-            "_launch": launch, "_fallback": self._fallback, "_hooks_set": _hooks_set, "_device": device,
-            "_module": sys.modules[__name__],  # its device queries, looked up at each call (tests stub them)
-        }  # fmt: skip
-        names, guards, fetch, call = [], [], [], []
-        first_tensor = None
-        for i, arg in enumerate(args):
-            if not _per_call(arg):
-                scope[f"a{i}"] = arg
-                call.append(f"a{i}")
-                continue
-            t = f"t{len(names)}"
-            names.append(t)
-            if isinstance(arg, torch.Tensor):
-                first_tensor = first_tensor or t
-                scope[f"d{t}"], scope[f"r{t}"] = arg.dtype, arg.data_ptr() & 15
-                fetch.append(f"p{t} = {t}.data_ptr()")
-                guards.append(f"{t}.dtype is not d{t} or p{t} & 15 != r{t}")
-                call.append(f"p{t}")
-            else:  # a TMA descriptor, passed as the object (the launcher encodes it)
-                scope[f"d{t}"], scope[f"k{t}"] = arg.base.dtype, type(arg)
-                guards.append(f"type({t}) is not k{t} or {t}.base.dtype is not d{t}")
-                call.append(t)
-        for j, value in enumerate((*self.grid, *(1,) * (3 - len(self.grid)))):
-            scope[f"g{j}"] = value
-        head = ["g0", "g1", "g2", "_module._current_stream(_device)"]
-        for j, value in enumerate(options):
-            scope[f"o{j}"] = value
-            head.append(f"o{j}")
-        for j, value in enumerate(constexprs):
-            scope[f"c{j}"] = value
-            call.append(f"c{j}")
-        device_guard = "_module._current_device() != _device" + (
-            f" or {first_tensor}.get_device() != _device" if first_tensor else ""
-        )
-        params = ", ".join(names)
-        source = "\n    ".join(
-            [
-                f"def bound({params}):",
-                *fetch,
-                f"if {' or '.join([device_guard, *guards])} or _hooks_set():",
-                f"    return _fallback({params})",
-                f"_launch({', '.join(head + call)})",
-            ]
-        )
-        name = getattr(self.fast.kernel, "__name__", "a kernel")
-        exec(compile(source, f"<BoundLaunch of {name}>", "exec"), scope)
-        return scope["bound"]
+def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, entry, device, fallback):
+    """The bound launch as one written function of the per-call objects, its constants bound by
+    name, calling the compiled launcher directly (:meth:`FastLaunch.bind`)."""
+    launch, options, constexprs = entry
+    scope = {
+        "_launch": launch, "_fallback": fallback, "_hooks_set": _hooks_set, "_device": device,
+        "_module": sys.modules[__name__],  # its device queries, looked up at each call (tests stub them)
+    }  # fmt: skip
+    names, guards, fetch, call = [], [], [], []
+    first_tensor = None
+    for i, arg in enumerate(args):
+        if not _per_call(arg):
+            scope[f"a{i}"] = arg
+            call.append(f"a{i}")
+            continue
+        t = f"t{len(names)}"
+        names.append(t)
+        if isinstance(arg, torch.Tensor):
+            first_tensor = first_tensor or t
+            scope[f"d{t}"], scope[f"r{t}"] = arg.dtype, arg.data_ptr() & 15
+            fetch.append(f"p{t} = {t}.data_ptr()")
+            guards.append(f"{t}.dtype is not d{t} or p{t} & 15 != r{t}")
+            call.append(f"p{t}")
+        else:  # a TMA descriptor, passed as the object (the launcher encodes it)
+            scope[f"d{t}"], scope[f"k{t}"] = arg.base.dtype, type(arg)
+            guards.append(f"type({t}) is not k{t} or {t}.base.dtype is not d{t}")
+            call.append(t)
+    for j, value in enumerate((*grid, *(1,) * (3 - len(grid)))):
+        scope[f"g{j}"] = value
+    head = ["g0", "g1", "g2", "_module._current_stream(_device)"]
+    for j, value in enumerate(options):
+        scope[f"o{j}"] = value
+        head.append(f"o{j}")
+    for j, value in enumerate(constexprs):
+        scope[f"c{j}"] = value
+        call.append(f"c{j}")
+    device_guard = "_module._current_device() != _device" + (
+        f" or {first_tensor}.get_device() != _device" if first_tensor else ""
+    )
+    params = ", ".join(names)
+    source = "\n    ".join(
+        [
+            f"def bound({params}):",
+            *fetch,
+            f"if {' or '.join([device_guard, *guards])} or _hooks_set():",
+            f"    return _fallback({params})",
+            f"_launch({', '.join(head + call)})",
+        ]
+    )
+    name = getattr(fast.kernel, "__name__", "a kernel")
+    exec(compile(source, f"<bound launch of {name}>", "exec"), scope)
+    return scope["bound"]
 
 
 def _per_call(arg) -> bool:

@@ -334,7 +334,7 @@ def gemm_groupwise(call, config: DecodeGemmConfig | None = None, gluon: bool = F
 def splitk_reduce(partial: torch.Tensor, out: torch.Tensor):
     """``out = partial[0] + partial[1] + ...`` in split order (deterministic), converted to
     ``out``'s dtype: ``partial (split, m, n)`` float32, contiguous; ``out (m, n)`` any strides.
-    Returns the launch, bound (:class:`~flashinfer._core.triton_launch.BoundLaunch`: call it
+    Returns the launch, bound (:meth:`~flashinfer._core.triton_launch.FastLaunch.bind`: call it
     with another ``partial`` and ``out`` of the same shapes, strides and dtypes)."""
     split, m, n = partial.shape
     block_m = min(next_positive_power_of_2(m), 16)
