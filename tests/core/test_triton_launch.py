@@ -365,26 +365,6 @@ def test_a_bound_launch_repeats_the_launch_for_new_tensors(kernel):
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "change",
-    [
-        pytest.param(lambda x, out: (x.double(), out), id="dtype"),
-        pytest.param(lambda x, out: (x.view(torch.uint8)[4:].view(torch.float32), out), id="misaligned"),
-        pytest.param(
-            lambda x, out: (x, out.view(torch.uint8)[8:].view(torch.float32)), id="misaligned-second"
-        ),
-    ],
-)
-def test_a_bound_launch_goes_back_to_fast_launch_when_the_kernel_would_differ(kernel, change):
-    fast = triton_launch.FastLaunch(kernel)
-    bound = fast.bind((1,), torch.randn(64), torch.empty(64), 64, 0.5, BLOCK=16)
-    x, out = change(torch.randn(66), torch.empty(66))
-    bound(x, out)
-    # FastLaunch keyed the new dtype or remainder: the JIT path, with the tensors themselves
-    assert len(kernel.jit_calls) == 2 and kernel.fast_calls == []
-    assert kernel.jit_calls[1][1][:2] == (x, out) and kernel.jit_calls[1][1][2:] == (64, 0.5)
-
-
 def test_a_bound_launch_on_another_device_or_with_a_hook_takes_fast_launch(kernel, monkeypatch):
     fast = triton_launch.FastLaunch(kernel)
     x, out = torch.randn(8), torch.empty(8)

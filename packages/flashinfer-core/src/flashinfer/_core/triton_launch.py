@@ -240,15 +240,16 @@ class FastLaunch:
         Called with the per-call objects of a new call (its tensors and TMA descriptors, in the
         order they take among ``args``), the bound launch launches the same kernel on the same
         grid with the same other arguments: each tensor's pointer (each descriptor) goes where the
-        bound one went, through the compiled launcher directly. The caller guarantees what these
-        objects cannot show: that the grid, every other argument and each descriptor's shape,
-        block shape and layout are what its new call would pass (the op's call signature decides
-        them). The bound launch checks the rest of what picks the compiled kernel: the device
-        (current, and the first tensor's), each tensor's (descriptor base's) dtype and each
-        pointer's remainder mod 16, and that no launch hook is set; a call that differs takes
-        :meth:`launch` with the arguments put back together, as does every call where nothing
-        compiled was found to bind (the JIT path, interpreted kernels, stubs). It keeps no
-        reference to ``args``' tensors.
+        bound one went, through the compiled launcher directly. The caller guarantees the rest of
+        what picks the compiled kernel: that the grid, every other argument, each tensor's dtype
+        and pointer remainder mod 16 and each descriptor's type, base dtype, shape, block shape
+        and layout are what its new call would pass (an op's call signature decides them all:
+        ``flashinfer._core.replay``; the tensors a replay makes itself are views of the call's
+        tensors or new allocations, whose pointers the caching allocator aligns to 512 bytes).
+        The bound launch checks the device (current, and the first tensor's) and that no launch
+        hook is set; otherwise it takes :meth:`launch` with the arguments put back together, as
+        does every call where nothing compiled was found to bind (the JIT path, interpreted
+        kernels, stubs). It keeps no reference to ``args``' tensors.
         """
         self.launch(grid, *args, **kwargs)
         entry = device = None
@@ -304,7 +305,7 @@ def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, entry, device, fal
         "_launch": launch, "_fallback": fallback, "_hooks_set": _hooks_set, "_device": device,
         "_module": sys.modules[__name__],  # its device queries, looked up at each call (tests stub them)
     }  # fmt: skip
-    names, guards, fetch, call = [], [], [], []
+    names, call = [], []
     first_tensor = None
     for i, arg in enumerate(args):
         if not _per_call(arg):
@@ -315,13 +316,8 @@ def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, entry, device, fal
         names.append(t)
         if isinstance(arg, torch.Tensor):
             first_tensor = first_tensor or t
-            scope[f"d{t}"], scope[f"r{t}"] = arg.dtype, arg.data_ptr() & 15
-            fetch.append(f"p{t} = {t}.data_ptr()")
-            guards.append(f"{t}.dtype is not d{t} or p{t} & 15 != r{t}")
-            call.append(f"p{t}")
+            call.append(f"{t}.data_ptr()")
         else:  # a TMA descriptor, passed as the object (the launcher encodes it)
-            scope[f"d{t}"], scope[f"k{t}"] = arg.base.dtype, type(arg)
-            guards.append(f"type({t}) is not k{t} or {t}.base.dtype is not d{t}")
             call.append(t)
     for j, value in enumerate((*grid, *(1,) * (3 - len(grid)))):
         scope[f"g{j}"] = value
@@ -339,8 +335,7 @@ def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, entry, device, fal
     source = "\n    ".join(
         [
             f"def bound({params}):",
-            *fetch,
-            f"if {' or '.join([device_guard, *guards])} or _hooks_set():",
+            f"if {device_guard} or _hooks_set():",
             f"    return _fallback({params})",
             f"_launch({', '.join(head + call)})",
         ]
