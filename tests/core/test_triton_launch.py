@@ -407,3 +407,74 @@ def test_a_bound_launch_keeps_no_reference_to_the_bound_tensors(kernel):
     assert all(ref() is None for ref in refs)
     bound(torch.randn(64), torch.empty(64))
     assert len(kernel.fast_calls) == 1
+
+
+def test_a_bound_launch_passes_tritons_own_descriptor_expansion_encoded_once(kernel, monkeypatch):
+    """Under Triton's wrapper that expands host TMA descriptors (``wrap_handle_tensordesc``), a
+    bound launch calls the C launch itself with the arguments the wrapper would pass: each
+    descriptor's tensor map (``make_tensordesc_arg``), shape and strides. The map is encoded once
+    per base pointer, shape, strides and padding."""
+    import triton.runtime
+    from triton.backends.nvidia.driver import wrap_handle_tensordesc
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    encoded = []
+
+    def fill_tma_descriptor(ptr, swizzle, elem_size, elem_type, block, shape, strides, padding):
+        encoded.append(ptr)
+        return (
+            "tensor map",
+            ptr,
+            swizzle,
+            elem_size,
+            elem_type,
+            tuple(block),
+            tuple(shape),
+            tuple(strides),
+            padding,
+        )
+
+    utils = types.SimpleNamespace(fill_tma_descriptor=fill_tma_descriptor)
+    monkeypatch.setattr(triton.runtime.driver, "_active", types.SimpleNamespace(utils=utils))
+    monkeypatch.setattr(triton_launch, "_TMA_ARGS", {})
+    c_launches, triton_launches = [], []
+    signature = {"x_ptr": "tensordesc<fp32[16, 64]>", "out_ptr": "*fp32", "n": "i32", "scale": "fp32",
+                 "BLOCK": "constexpr", "EVEN": "constexpr"}  # fmt: skip
+    meta = [{"swizzle": 3, "elem_size": 4, "elem_type": 7, "block_size": [16, 64], "fp4_padded": False}]
+    kernel.compiled.run = DirectLauncher()
+    kernel.compiled.run.launch = wrap_handle_tensordesc(lambda *a: c_launches.append(a), signature, meta)
+    reference = wrap_handle_tensordesc(lambda *a: triton_launches.append(a), signature, meta)
+
+    def descriptor(rows):
+        base = torch.empty(rows, 64)
+        return TensorDescriptor(base, list(base.shape), list(base.stride()), [16, 64])
+
+    fast = triton_launch.FastLaunch(kernel)
+    first, out = descriptor(32), torch.empty(8)
+    fast.launch((1,), first, out, 8, 1.0, BLOCK=8)  # compiles
+    bound = fast.bind((1,), first, out, 8, 1.0, BLOCK=8)
+    c_launches.clear(), encoded.clear()
+    second = descriptor(48)
+    for _ in range(3):
+        bound(second, out)
+    base_args = (1, 1, 1, STREAM, "function-handle", "coop", "pdl", None, None, "packed", None, None, None)
+    reference(*base_args, second, out.data_ptr(), 8, 1.0, 8, True)
+    assert c_launches == triton_launches * 3
+    assert encoded == [second.base.data_ptr(), second.base.data_ptr()]  # the reference's, then ours once
+    bound(descriptor(48), out)  # another base pointer: encoded again
+    assert len(encoded) == 3
+
+
+def test_the_descriptor_wrapper_is_the_installed_tritons_own():
+    """The wrapper a bound launch unwraps: its C launch, descriptor indices and metadata by name,
+    each descriptor expanded by ``make_tensordesc_arg``, which reads only what ``_tma_arg`` keys."""
+    import inspect
+    import re
+
+    from triton.backends.nvidia import driver
+
+    wrapper = driver.wrap_handle_tensordesc(lambda *a: None, {"d": "tensordesc<fp16[8, 8]>"}, [None])
+    assert {"launcher", "tensordesc_indices", "tensordesc_meta"} <= set(wrapper.__code__.co_freevars)
+    source = inspect.getsource(driver.make_tensordesc_arg)
+    read = set(re.findall(r"\barg\.(\w+(?:\.\w+\(\))?)", source))
+    assert read == {"base", "shape", "strides", "padding", "base.data_ptr()"}

@@ -17,9 +17,10 @@ Rules
 - The key holds every argument's type, each tensor's dtype and its pointer's remainder mod 16,
   each TMA tensor descriptor's (host ``TensorDescriptor``) dtype, block shape and layout (all
   Triton specializes a descriptor on; the descriptor object itself is passed to the compiled
-  launcher, which encodes it), every integer, bool and ``None`` by value (floats by type only; ``varying`` integers by
-  divisibility by 16, equality to 1 and width), the keyword arguments (constexprs and launch
-  options) and the device. That is at least as fine as Triton's own specialization, so the
+  launcher, which encodes it; a bound launch passes Triton's own encoding of it, kept by pointer
+  and layout: :func:`_tma_arg`), every integer, bool and ``None`` by value (floats by type
+  only; ``varying`` integers by divisibility by 16, equality to 1 and width), the keyword
+  arguments (constexprs and launch options) and the device. That is at least as fine as Triton's own specialization, so the
   compiled kernel found is always the one Triton would have chosen. At most ``MAX_ENTRIES``
   kernels (and tuned configs) are kept per launcher.
 - Runtime arguments are passed positionally, constexprs and launch options by keyword.
@@ -55,10 +56,15 @@ try:
     from triton.runtime import driver
 except ImportError:  # Triton < 3.4: its compiled kernels take another argument list
     knobs = None
+try:
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+except ImportError:  # a Triton without it: its wrapper expands descriptors on every launch
+    make_tensordesc_arg = None
 
 __all__ = ["AUTOTUNED_LAUNCH", "FastLaunch", "MAX_ENTRIES", "SUPPORTED_TRITON", "TunedLaunch"]
 
 MAX_ENTRIES = 256
+MAX_TMA_ARGS = 4096  # encoded TMA descriptors kept for bound launches (:func:`_tma_arg`)
 # (major, minor) of the first and last Triton whose launch protocol FastLaunch follows.
 SUPPORTED_TRITON = ((3, 4), (3, 9))
 
@@ -301,8 +307,12 @@ def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, entry, device, fal
     """The bound launch as one written function of the per-call objects, its constants bound by
     name, calling the compiled launcher directly (:meth:`FastLaunch.bind`)."""
     launch, options, constexprs = entry
+    unwrapped = _unwrap_tensordesc(launch) if any(map(_is_descriptor, map(type, args))) else None
+    if unwrapped is not None:  # descriptors expanded here, encoded once per pointer and layout
+        launch, metadata = unwrapped
     scope = {
         "_launch": launch, "_fallback": fallback, "_hooks_set": _hooks_set, "_device": device,
+        "_tma_arg": _tma_arg,
         "_module": sys.modules[__name__],  # its device queries, looked up at each call (tests stub them)
     }  # fmt: skip
     names, call = [], []
@@ -317,8 +327,12 @@ def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, entry, device, fal
         if isinstance(arg, torch.Tensor):
             first_tensor = first_tensor or t
             call.append(f"{t}.data_ptr()")
-        else:  # a TMA descriptor, passed as the object (the launcher encodes it)
+        elif unwrapped is None:  # a TMA descriptor, passed as the object (the launcher encodes it)
             call.append(t)
+        else:
+            meta = metadata[i]
+            scope[f"m{i}"] = meta, tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in meta.items())
+            call.append(f"*_tma_arg({t}, m{i})")
     for j, value in enumerate((*grid, *(1,) * (3 - len(grid)))):
         scope[f"g{j}"] = value
     head = ["g0", "g1", "g2", "_module._current_stream(_device)"]
@@ -343,6 +357,40 @@ def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, entry, device, fal
     name = getattr(fast.kernel, "__name__", "a kernel")
     exec(compile(source, f"<bound launch of {name}>", "exec"), scope)
     return scope["bound"]
+
+
+def _unwrap_tensordesc(launch):
+    """``(C launch, {parameter index: TMA metadata})`` of Triton's wrapper that expands host TMA
+    descriptors before its C launch (``wrap_handle_tensordesc``: each descriptor becomes the
+    tensor map it encodes on every launch, then its shape and strides), or None (another
+    launcher, or descriptors without TMA metadata, which Triton decomposes otherwise)."""
+    try:
+        cells = dict(zip(launch.__code__.co_freevars, (c.cell_contents for c in launch.__closure__)))
+        c_launch, indices, metadata = cells["launcher"], cells["tensordesc_indices"], cells["tensordesc_meta"]
+    except (AttributeError, TypeError, KeyError, ValueError):
+        return None
+    if make_tensordesc_arg is None or len(metadata) != len(indices) or any(m is None for m in metadata):
+        return None
+    # the wrapper hands the i-th descriptor parameter (in signature order) the i-th metadata
+    return c_launch, dict(zip(sorted(indices), metadata))
+
+
+_TMA_ARGS: dict = {}
+
+
+def _tma_arg(descriptor, meta: tuple) -> tuple:
+    """Triton's expansion of a host TMA descriptor for its C launch (``make_tensordesc_arg``), kept
+    by all it reads: the base pointer, shape, strides and padding, and the kernel's descriptor
+    metadata (``meta``: the metadata and its contents as a key). Encoding a tensor map costs
+    microseconds of host time; a decode step reads the same weights every step, and its
+    activations come back at the same addresses."""
+    key = (descriptor.base.data_ptr(), *descriptor.shape, *descriptor.strides, descriptor.padding, meta[1])
+    expanded = _TMA_ARGS.get(key)
+    if expanded is None:
+        if len(_TMA_ARGS) >= MAX_TMA_ARGS:
+            _TMA_ARGS.clear()
+        expanded = _TMA_ARGS[key] = tuple(make_tensordesc_arg(descriptor, meta[0]))
+    return expanded
 
 
 def _per_call(arg) -> bool:
