@@ -410,10 +410,11 @@ def test_a_bound_launch_keeps_no_reference_to_the_bound_tensors(kernel):
 
 
 def test_a_bound_launch_passes_tritons_own_descriptor_expansion_encoded_once(kernel, monkeypatch):
-    """Under Triton's wrapper that expands host TMA descriptors (``wrap_handle_tensordesc``), a
-    bound launch calls the C launch itself with the arguments the wrapper would pass: each
-    descriptor's tensor map (``make_tensordesc_arg``), shape and strides. The map is encoded once
-    per base pointer, shape, strides and padding."""
+    """A descriptor's place in a bound launch takes its base tensor. Under Triton's wrapper that
+    expands host TMA descriptors (``wrap_handle_tensordesc``) the bound launch calls the C launch
+    itself with the arguments the wrapper would pass for the bound descriptor over that base: its
+    tensor map (``make_tensordesc_arg``), shape and strides. The map is encoded once per base
+    pointer (the geometry is the bound one's)."""
     import triton.runtime
     from triton.backends.nvidia.driver import wrap_handle_tensordesc
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -454,15 +455,45 @@ def test_a_bound_launch_passes_tritons_own_descriptor_expansion_encoded_once(ker
     fast.launch((1,), first, out, 8, 1.0, BLOCK=8)  # compiles
     bound = fast.bind((1,), first, out, 8, 1.0, BLOCK=8)
     c_launches.clear(), encoded.clear()
-    second = descriptor(48)
+    second = torch.empty(32, 64)
     for _ in range(3):
         bound(second, out)
     base_args = (1, 1, 1, STREAM, "function-handle", "coop", "pdl", None, None, "packed", None, None, None)
-    reference(*base_args, second, out.data_ptr(), 8, 1.0, 8, True)
+    over_second = TensorDescriptor(second, list(first.shape), list(first.strides), [16, 64])
+    reference(*base_args, over_second, out.data_ptr(), 8, 1.0, 8, True)
     assert c_launches == triton_launches * 3
-    assert encoded == [second.base.data_ptr(), second.base.data_ptr()]  # the reference's, then ours once
-    bound(descriptor(48), out)  # another base pointer: encoded again
+    assert encoded == [second.data_ptr(), second.data_ptr()]  # ours once, then the reference's
+    bound(torch.empty(32, 64), out)  # another base pointer: encoded again
     assert len(encoded) == 3
+
+
+def test_a_bound_descriptor_without_tma_metadata_is_passed_over_the_new_base(kernel, monkeypatch):
+    """Where the launcher is not Triton's descriptor wrapper, the bound launch passes the bound
+    descriptor over the call's base tensor, and its fallback does the same."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    fast = triton_launch.FastLaunch(kernel)
+    base, out = torch.empty(32, 64), torch.empty(8)
+    bound_descriptor = TensorDescriptor(base, [32, 64], [64, 1], [16, 64])
+    fast.launch((1,), bound_descriptor, out, 8, 1.0, BLOCK=8)
+    bound = fast.bind((1,), bound_descriptor, out, 8, 1.0, BLOCK=8)
+    kernel.fast_calls.clear()
+    new_base = torch.empty(32, 64)
+    bound(new_base, out)
+    passed = kernel.fast_calls[0][9]
+    assert passed.base is new_base and (passed.shape, passed.strides, passed.block_shape) == (
+        [32, 64],
+        [64, 1],
+        [16, 64],
+    )
+    assert bound_descriptor.base is base  # the bound descriptor itself is not changed
+    calls = []
+    monkeypatch.setattr(fast, "launch", lambda grid, *a, **kw: calls.append(a))
+    monkeypatch.setattr(triton_launch, "_current_device", lambda: 3)  # the fallback rebuilds it too
+    bound(new_base, out)
+    ((fallback_descriptor, *rest),) = calls
+    assert fallback_descriptor.base is new_base and fallback_descriptor.block_shape == [16, 64]
+    assert rest == [out, 8, 1.0]
 
 
 def test_the_descriptor_wrapper_is_the_installed_tritons_own():

@@ -243,19 +243,20 @@ class FastLaunch:
         """Launch as :meth:`launch` does and return the launch, bound: a function that repeats
         it for other tensors.
 
-        Called with the per-call objects of a new call (its tensors and TMA descriptors, in the
-        order they take among ``args``), the bound launch launches the same kernel on the same
-        grid with the same other arguments: each tensor's pointer (each descriptor) goes where the
-        bound one went, through the compiled launcher directly. The caller guarantees the rest of
-        what picks the compiled kernel: that the grid, every other argument, each tensor's dtype
-        and pointer remainder mod 16 and each descriptor's type, base dtype, shape, block shape
-        and layout are what its new call would pass (an op's call signature decides them all:
-        ``flashinfer._core.replay``; the tensors a replay makes itself are views of the call's
-        tensors or new allocations, whose pointers the caching allocator aligns to 512 bytes).
-        The bound launch checks the device (current, and the first tensor's) and that no launch
-        hook is set; otherwise it takes :meth:`launch` with the arguments put back together, as
-        does every call where nothing compiled was found to bind (the JIT path, interpreted
-        kernels, stubs). It keeps no reference to ``args``' tensors.
+        Called with the per-call tensors of a new call (in the order they take among ``args``; a
+        TMA descriptor's place takes its base tensor), the bound launch launches the same kernel
+        on the same grid with the same other arguments: each tensor's pointer goes where the bound
+        one went, each descriptor's base where the bound descriptor's went (its shape, strides,
+        block shape, layout and padding kept), through the compiled launcher directly. The caller
+        guarantees the rest of what picks the compiled kernel and what it reads: that the grid,
+        every other argument, each tensor's dtype and pointer remainder mod 16 and each
+        descriptor's geometry are what its new call would pass (an op's call signature decides
+        them all: ``flashinfer._core.replay``; the tensors a replay makes itself are views of the
+        call's tensors or new allocations, whose pointers the caching allocator aligns to 512
+        bytes). The bound launch checks the device (current, and the first tensor's) and that no
+        launch hook is set; otherwise it takes :meth:`launch` with the arguments put back
+        together, as does every call where nothing compiled was found to bind (the JIT path,
+        interpreted kernels, stubs). It keeps no reference to ``args``' tensors.
         """
         self.launch(grid, *args, **kwargs)
         entry = device = None
@@ -288,35 +289,47 @@ class FastLaunch:
         self._compiled[key] = entry
 
 
-def _fallback_launch(fast: FastLaunch, grid: tuple, args: tuple, kwargs: dict):
-    """The bound launch through :meth:`FastLaunch.launch`: the per-call objects put back in their
-    places among ``args`` (a call whose kernel would differ, or nothing compiled to bind)."""
-    positions = [i for i, a in enumerate(args) if _per_call(a)]
-    held = tuple(None if _per_call(a) else a for a in args)
+def _with_base(descriptor, base):
+    """A copy of the host TMA descriptor ``descriptor`` over the tensor ``base``."""
+    copy = object.__new__(type(descriptor))
+    copy.__dict__.update(descriptor.__dict__, base=base)
+    return copy
 
-    def fallback(*objects) -> None:
+
+def _without_base(descriptor):
+    # a bound descriptor keeps its geometry, not its tensor
+    return _with_base(descriptor, None)
+
+
+def _fallback_launch(fast: FastLaunch, grid: tuple, args: tuple, kwargs: dict):
+    """The bound launch through :meth:`FastLaunch.launch`: the per-call tensors put back in their
+    places among ``args`` (a descriptor's over its base) for a call whose kernel would differ, or
+    where nothing compiled was found to bind."""
+    positions = [i for i, a in enumerate(args) if _per_call(a)]
+    held = tuple(_without_base(a) if _is_descriptor(type(a)) else None if _per_call(a) else a for a in args)
+
+    def fallback(*tensors) -> None:
         call = list(held)
-        for position, obj in zip(positions, objects):
-            call[position] = obj
+        for position, tensor in zip(positions, tensors):
+            call[position] = tensor if call[position] is None else _with_base(call[position], tensor)
         fast.launch(grid, *call, **kwargs)
 
     return fallback
 
 
 def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, entry, device, fallback):
-    """The bound launch as one written function of the per-call objects, its constants bound by
+    """The bound launch as one written function of the per-call tensors, its constants bound by
     name, calling the compiled launcher directly (:meth:`FastLaunch.bind`)."""
     launch, options, constexprs = entry
     unwrapped = _unwrap_tensordesc(launch) if any(map(_is_descriptor, map(type, args))) else None
-    if unwrapped is not None:  # descriptors expanded here, encoded once per pointer and layout
+    if unwrapped is not None:  # descriptors expanded here, encoded once per base pointer
         launch, metadata = unwrapped
     scope = {
         "_launch": launch, "_fallback": fallback, "_hooks_set": _hooks_set, "_device": device,
-        "_tma_arg": _tma_arg,
+        "_tma_arg": _tma_arg, "_with_base": _with_base,
         "_module": sys.modules[__name__],  # its device queries, looked up at each call (tests stub them)
     }  # fmt: skip
     names, call = [], []
-    first_tensor = None
     for i, arg in enumerate(args):
         if not _per_call(arg):
             scope[f"a{i}"] = arg
@@ -325,14 +338,20 @@ def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, entry, device, fal
         t = f"t{len(names)}"
         names.append(t)
         if isinstance(arg, torch.Tensor):
-            first_tensor = first_tensor or t
             call.append(f"{t}.data_ptr()")
-        elif unwrapped is None:  # a TMA descriptor, passed as the object (the launcher encodes it)
-            call.append(t)
-        else:
-            meta = metadata[i]
-            scope[f"m{i}"] = meta, tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in meta.items())
-            call.append(f"*_tma_arg({t}, m{i})")
+            continue
+        # a TMA descriptor's place: its base tensor, the geometry bound
+        descriptor = scope[f"d{i}"] = _without_base(arg)
+        if unwrapped is None:  # the descriptor object (the launcher encodes it)
+            call.append(f"_with_base(d{i}, {t})")
+            continue
+        meta = metadata[i]
+        geometry = (
+            *descriptor.shape, *descriptor.strides, descriptor.padding,
+            *((k, tuple(v) if isinstance(v, list) else v) for k, v in meta.items()),
+        )  # fmt: skip
+        scope[f"m{i}"] = descriptor, meta, geometry
+        call.append(f"*_tma_arg({t}, m{i})")
     for j, value in enumerate((*grid, *(1,) * (3 - len(grid)))):
         scope[f"g{j}"] = value
     head = ["g0", "g1", "g2", "_module._current_stream(_device)"]
@@ -343,7 +362,7 @@ def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, entry, device, fal
         scope[f"c{j}"] = value
         call.append(f"c{j}")
     device_guard = "_module._current_device() != _device" + (
-        f" or {first_tensor}.get_device() != _device" if first_tensor else ""
+        " or t0.get_device() != _device" if names else ""
     )
     params = ", ".join(names)
     source = "\n    ".join(
@@ -378,18 +397,18 @@ def _unwrap_tensordesc(launch):
 _TMA_ARGS: dict = {}
 
 
-def _tma_arg(descriptor, meta: tuple) -> tuple:
-    """Triton's expansion of a host TMA descriptor for its C launch (``make_tensordesc_arg``), kept
-    by all it reads: the base pointer, shape, strides and padding, and the kernel's descriptor
-    metadata (``meta``: the metadata and its contents as a key). Encoding a tensor map costs
-    microseconds of host time; a decode step reads the same weights every step, and its
-    activations come back at the same addresses."""
-    key = (descriptor.base.data_ptr(), *descriptor.shape, *descriptor.strides, descriptor.padding, meta[1])
+def _tma_arg(base, slot: tuple) -> tuple:
+    """Triton's expansion of a bound host TMA descriptor over ``base`` for its C launch
+    (``make_tensordesc_arg``), kept by all it reads: the base pointer and the bound ``slot``'s
+    geometry and descriptor metadata (``(descriptor, metadata, its geometry and metadata as a
+    key)``). Encoding a tensor map costs microseconds of host time; a decode step reads the same
+    weights every step, and its activations come back at the same addresses."""
+    key = (base.data_ptr(), slot[2])
     expanded = _TMA_ARGS.get(key)
     if expanded is None:
         if len(_TMA_ARGS) >= MAX_TMA_ARGS:
             _TMA_ARGS.clear()
-        expanded = _TMA_ARGS[key] = tuple(make_tensordesc_arg(descriptor, meta[0]))
+        expanded = _TMA_ARGS[key] = tuple(make_tensordesc_arg(_with_base(slot[0], base), slot[1]))
     return expanded
 
 

@@ -303,15 +303,17 @@ def gemm_groupwise(call, config):
         partial = torch.empty(partial_size, dtype=torch.float32, device=call.a.device)
         return partial, _arrival_counters(call.a.device, tiles * 128)
 
-    def descriptors(call):
-        return tma_rows_descriptor(call.a, m, config.block_m), tma_rows_descriptor(call.b, n, config.block_n)
-
+    a_descriptor, b_descriptor = (
+        tma_rows_descriptor(a, m, config.block_m),
+        tma_rows_descriptor(b, n, config.block_n),
+    )
     launch = _LAUNCH.bind(
-        grid, *descriptors(call), a_scale, b_scale, out, *buffers(call), m, n, k, steps, *a_scale.stride(),
+        grid, a_descriptor, b_descriptor, a_scale, b_scale, out, *buffers(call), m, n, k, steps, *a_scale.stride(),
         *b_scale.stride(), *out.stride(), SCALE_BM=call.block_m, SCALE_BN=call.block_n, STAGES=config.stages,
         PARTIAL=split > 1, **launch_options(config.block_n),
     )  # fmt: skip
-    return lambda call: launch(*descriptors(call), call.a_scale, call.b_scale, call.out, *buffers(call))
+    # the descriptors' places take their bases: their geometry is the signature's
+    return lambda call: launch(call.a, call.b, call.a_scale, call.b_scale, call.out, *buffers(call))
 
 
 _COUNTERS: dict = {}
