@@ -131,9 +131,7 @@ def test_tensors_on_another_device_launch_there_under_a_guard(kernel, monkeypatc
 
 
 def test_no_hook_by_default():
-    runtime = triton_launch.knobs.runtime
-    assert not triton_launch._hooked(runtime.launch_enter_hook)
-    assert not triton_launch._hooked(runtime.launch_exit_hook)
+    assert not triton_launch._hooks_set()
 
 
 @pytest.mark.parametrize("hook", ["launch_enter_hook", "launch_exit_hook"])

@@ -20,9 +20,9 @@ Rules
   launcher, which encodes it; a bound launch passes Triton's own encoding of it, kept by pointer
   and layout: :func:`_tma_arg`), every integer, bool and ``None`` by value (floats by type
   only; ``varying`` integers by divisibility by 16, equality to 1 and width), the keyword
-  arguments (constexprs and launch options) and the device. That is at least as fine as Triton's own specialization, so the
-  compiled kernel found is always the one Triton would have chosen. At most ``MAX_ENTRIES``
-  kernels (and tuned configs) are kept per launcher.
+  arguments (constexprs and launch options) and the device. That is at least as fine as
+  Triton's own specialization, so the compiled kernel found is always the one Triton would have
+  chosen. At most ``MAX_ENTRIES`` kernels (and tuned configs) are kept per launcher.
 - Runtime arguments are passed positionally, constexprs and launch options by keyword.
 - The first call of a key, and every call while a launch hook is set (profilers such as
   proton), under ``TRITON_INTERPRET=1`` or on a Triton outside ``SUPPORTED_TRITON``, goes
@@ -150,14 +150,10 @@ def _make_prepare(types: tuple, varying: frozenset):
     return scope["prepare"]
 
 
-def _hooked(hook) -> bool:
-    # Triton >= 3.5 keeps a chain of hooks (empty unless a profiler added one); 3.4 a hook or None
-    return bool(getattr(hook, "calls", hook))
-
-
 def _hooks_set() -> bool:
-    # a profiler's launch hooks see every launch: such launches go through Triton's own (read on
-    # every launch, written out: it costs a bound launch a tenth of its host time otherwise)
+    # a profiler's launch hooks see every launch: such launches go through Triton's own. Triton
+    # >= 3.5 keeps a chain of hooks (empty unless a profiler added one), 3.4 a hook or None; read
+    # on every launch, so written out (helper calls cost a bound launch a tenth of its host time)
     runtime = knobs.runtime
     enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
     return bool(getattr(enter, "calls", enter) or getattr(leave, "calls", leave))
@@ -400,8 +396,7 @@ _TMA_ARGS: dict = {}
 def _tma_arg(base, slot: tuple) -> tuple:
     """Triton's expansion of a bound host TMA descriptor over ``base`` for its C launch
     (``make_tensordesc_arg``), kept by all it reads: the base pointer and the bound ``slot``'s
-    geometry and descriptor metadata (``(descriptor, metadata, its geometry and metadata as a
-    key)``). Encoding a tensor map costs microseconds of host time; a decode step reads the same
+    geometry and descriptor metadata (``(descriptor, metadata, both as a key)``). Encoding a tensor map costs microseconds of host time; a decode step reads the same
     weights every step, and its activations come back at the same addresses."""
     key = (base.data_ptr(), slot[2])
     expanded = _TMA_ARGS.get(key)
