@@ -67,6 +67,25 @@ def test_every_tile_and_split(seed, tma, block_n, block_m, split, swap, granular
     assert_matches(out, *oracle_groupwise(a, b, a_scale, b_scale, *granularity))
 
 
+@pytest.mark.parametrize("split", [1, 3])
+def test_the_replay_runs_a_new_record_on_its_own_operands(seed, tma, split):
+    """The launch's replay (what a repeated call signature runs) on a new record of the same
+    shapes reads that record's operands, through their TMA descriptors too, and writes its out."""
+    m, n, k = 5, 64, 384
+    config = decode().DecodeGemmConfig(64, 16, split, 2, 4, tma)
+    records = []
+    for _ in range(2):
+        a, b = fp8((m, k)), fp8((n, k))
+        a_scale, b_scale = scales(m, n, k, (1, 128, 128))
+        records.append(
+            (groupwise(a, b, a_scale, b_scale, (1, 128, 128), nan_like((m, n), torch.bfloat16)), a, b)
+        )
+    replay = decode().gemm_groupwise(records[0][0], config)
+    (record, a, b) = records[1]
+    replay(record)
+    assert_matches(record.out, *oracle_groupwise(a, b, record.a_scale, record.b_scale, 1, 128, 128))
+
+
 @pytest.mark.parametrize("a_dtype, b_dtype", [(E4M3, E5M2), (E5M2, E5M2)], ids=str)
 def test_fp8_formats_fp16_output_and_a_ragged_k(seed, a_dtype, b_dtype):
     m, n, k = 5, 96, 300  # k not a multiple of 128: the last K step is masked

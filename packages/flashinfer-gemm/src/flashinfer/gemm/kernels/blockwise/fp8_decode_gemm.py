@@ -301,11 +301,6 @@ def gemm_groupwise(call, config: DecodeGemmConfig | None = None, gluon: bool = F
     grid = (ceil_div(n, config.block_n), split, ceil_div(m, config.block_m))
     tma = config.tma and _tma_takes(a, b)
 
-    def operands(call):
-        if tma:
-            return _rows_descriptor(call.a, config.block_m), _rows_descriptor(call.b, config.block_n)
-        return call.a, call.b
-
     def partial_sums(call):
         if split == 1:
             return call.out
@@ -314,18 +309,20 @@ def gemm_groupwise(call, config: DecodeGemmConfig | None = None, gluon: bool = F
     partial = partial_sums(call)
     launch = _GEMM.bind(
         grid,
-        *operands(call), a_scale, b_scale, out, partial, m, n, k, steps,
+        *((_rows_descriptor(a, config.block_m), _rows_descriptor(b, config.block_n)) if tma else (a, b)),
+        a_scale, b_scale, out, partial, m, n, k, steps,
         a.stride(0), b.stride(0), *a_scale.stride(), *b_scale.stride(), *out.stride(),
         SCALE_BM=call.block_m, SCALE_BN=call.block_n, BLOCK_N=config.block_n, BLOCK_M=config.block_m,
         BLOCK_K=BLOCK_K, PARTIAL=split > 1, EVEN_K=k % BLOCK_K == 0, TMA=tma, SWAP=config.swap, num_warps=config.warps, num_stages=config.stages,
     )  # fmt: skip
+    # a descriptor's place takes its base: the geometry is the signature's
     if split == 1:
-        return lambda call: launch(*operands(call), call.a_scale, call.b_scale, call.out, call.out)
+        return lambda call: launch(call.a, call.b, call.a_scale, call.b_scale, call.out, call.out)
     reduce = splitk_reduce(partial, out)
 
     def replay(call):
         partial = partial_sums(call)
-        launch(*operands(call), call.a_scale, call.b_scale, call.out, partial)
+        launch(call.a, call.b, call.a_scale, call.b_scale, call.out, partial)
         reduce(partial, call.out)
 
     return replay
