@@ -25,6 +25,7 @@ def test_only_devices_the_nvidia_implementation_serves_are_replayed(monkeypatch)
         dispatch, "ROUTING", dispatch.ROUTING.routed("cpu", "cuda")._replace(force_reference=False)
     )
     assert replays.serves(cpu)  # a new routing is read again
+    assert not replays.serves([1.0])  # a non-tensor: never replayed, the op's checks say why
     monkeypatch.setattr(dispatch, "ROUTING", dispatch.ROUTING.routed("cpu", "mate"))
     assert not replays.serves(cpu)
 

@@ -74,11 +74,14 @@ class Replays:
         """Whether calls on ``tensor``'s device may be replayed: the NVIDIA implementation serves
         it (the only one that returns replays). Decided once per device; a CPU tensor, whose
         reference path should pay nothing for replays elsewhere, is told without reading its
-        device (AttributeError for a non-tensor)."""
+        device. False for a non-tensor (the op's checks say what is wrong with it)."""
         if self._routing is not dispatch.ROUTING:
             self._reset()
-        if tensor.is_cpu:
-            return self._serves_cpu
+        try:
+            if tensor.is_cpu:
+                return self._serves_cpu
+        except AttributeError:
+            return False
         device = tensor.device
         try:
             return self._serves[device]

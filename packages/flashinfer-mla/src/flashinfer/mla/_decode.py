@@ -194,10 +194,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
         ))  # fmt: skip
     # ---- a call signature seen before: its checks passed, its launches repeat (flashinfer._core.replay)
     key = None
-    try:
-        replayed = _REPLAYS.serves(query)
-    except AttributeError:  # a non-tensor: the checks below say
-        replayed = False
+    replayed = _REPLAYS.serves(query)  # False for a non-tensor: the checks below say
     if replayed and (
         sinks is None
         and cum_seq_lens_q is None

@@ -138,10 +138,7 @@ def rope_quantize_fp8(
     # a call signature seen before: its checks passed, its launch repeats (flashinfer._core.replay);
     # the serving call: both nope parts and every output given
     key = None
-    try:
-        replayed = _REPLAYS.serves(q_rope)
-    except AttributeError:  # a non-tensor: the checks below say
-        replayed = False
+    replayed = _REPLAYS.serves(q_rope)  # False for a non-tensor: the checks below say
     if replayed and (
         q_nope is not None
         and k_nope is not None
