@@ -186,6 +186,55 @@ def test_graph_fp8_blockscale(seed, combo):
     assert_matches(out, *blockscale_oracle(fresh_x, fresh_w, fresh_logical, fresh_ws), slack=BLOCK_ACCUM_TOL)
 
 
+@pytest.mark.parametrize("tier", ["auto", "tl"])
+@pytest.mark.parametrize("combo", ["bf16+fp8", "w8a8"])
+def test_a_replayed_blockscale_call_allocates_nothing(seed, combo, tier, monkeypatch):
+    """The serving call repeated (m = 1, ``out=`` given, a split K) through the decode-size GEMM
+    (``auto``: the Gluon kernel on sm90; ``tl``: the portable one): its temporaries (the quantized
+    input, its scales, the split's partial sums and counters) are the stream's scratch
+    (``flashinfer._core.scratch``), so a replay makes no CUDA allocation, and each call's result
+    is its own."""
+    needs_fp8()
+    import flashinfer.gemm as fg
+
+    monkeypatch.setenv("FLASHINFER_KERNEL_TIER", tier)
+    m, n, k = 1, 2112, 7168
+    calls = [blockscale_operands(m, n, k, combo) for _ in range(2)]
+    outs = [nan_like((m, n), BF16) for _ in calls]
+    for _ in range(2):
+        for (x, w, x_scale, w_scale, _), out in zip(calls, outs):
+            fg.fp8_blockscale_gemm_sm90(x, w, x_scale, w_scale, out=out)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    for out in outs:
+        out.fill_(float("nan"))
+    for _ in range(3):
+        for (x, w, x_scale, w_scale, _), out in zip(calls, outs):
+            fg.fp8_blockscale_gemm_sm90(x, w, x_scale, w_scale, out=out)
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+    for (x, w, _, w_scale, logical), out in zip(calls, outs):
+        assert_matches(out, *blockscale_oracle(x, w, logical, w_scale), slack=BLOCK_ACCUM_TOL)
+
+
+def test_replayed_blockscale_calls_in_concurrent_streams(seed):
+    """BF16-input calls replayed in two streams at once (two-batch overlap): each stream quantizes
+    into and sums in its own scratch, so neither call reads the other's temporaries."""
+    needs_fp8()
+    import flashinfer.gemm as fg
+
+    m, n, k = 4, 2112, 7168
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    calls = [(*blockscale_operands(m, n, k, "bf16+fp8"), nan_like((m, n), BF16)) for _ in streams]
+    torch.cuda.synchronize()
+    for _ in range(20):
+        for stream, (x, w, _, w_scale, _, out) in zip(streams, calls):
+            with torch.cuda.stream(stream):
+                fg.fp8_blockscale_gemm_sm90(x, w, None, w_scale, out=out)
+    torch.cuda.synchronize()
+    for x, w, _, w_scale, _, out in calls:
+        assert_matches(out, *blockscale_oracle(x, w, None, w_scale), slack=BLOCK_ACCUM_TOL)
+
+
 def segment_operands(bounds, m, n, k):
     a, b = fp8((m, k)), fp8((len(bounds) - 1, n, k))
     a_blocks, b_blocks = pow2((k // 128, m)), pow2((len(bounds) - 1, k // 128, n // 128))  # MN-major

@@ -167,13 +167,15 @@ def test_decode_gemm_gluon_split_counters_reset(seed):
             out = nan_like((m, n), torch.bfloat16)
             decode_gemm().gemm_groupwise(groupwise(a, b, a_scale, b_scale, 1, out), config)
             check_dense(out, a, b, a_scale, b_scale, 1)
-    from flashinfer.gemm.kernels.blockwise import gluon_fp8_decode_gemm
+    from flashinfer._core import scratch
 
-    assert all(int(c.abs().max()) == 0 for c in gluon_fp8_decode_gemm._COUNTERS.values())
+    counters = [c for key, c in scratch._BUFFERS.items() if key[2] == "decode GEMM arrival counters"]
+    assert counters and all(int(c.abs().max()) == 0 for c in counters)
 
 
 def test_decode_gemm_gluon_split_in_concurrent_streams(seed):
-    """Split launches in two streams at once (two-batch overlap) count on separate counters."""
+    """Split launches in two streams at once (two-batch overlap) count on separate counters and
+    write separate partial sums (each stream's scratch)."""
     m, n, k = 24, 4096, 28 * 128
     streams = [torch.cuda.Stream() for _ in range(2)]
     calls = []

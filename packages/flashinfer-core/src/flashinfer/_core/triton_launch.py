@@ -248,8 +248,8 @@ class FastLaunch:
         every other argument, each tensor's dtype and pointer remainder mod 16 and each
         descriptor's geometry are what its new call would pass (an op's call signature decides
         them all: ``flashinfer._core.replay``; the tensors a replay makes itself are views of the
-        call's tensors or new allocations, whose pointers the caching allocator aligns to 512
-        bytes). The bound launch checks the device (current, and the first tensor's) and that no
+        call's tensors, new allocations or scratch buffers of the same dtypes, whose pointers the
+        caching allocator aligns to 512 bytes). The bound launch checks the device (current, and the first tensor's) and that no
         launch hook is set; otherwise it takes :meth:`launch` with the arguments put back
         together, as does every call where nothing compiled was found to bind (the JIT path,
         interpreted kernels, stubs). It keeps no reference to ``args``' tensors.

@@ -2,9 +2,10 @@
 
 Arguments arrive validated and normalized by the API layer (``docs/internals.md``); outputs are
 written in place with their strides. Nothing here reads a device value on the host or
-synchronizes, and temporaries come from PyTorch's caching allocator, so every call can be
-captured in a CUDA graph (Triton kernels autotune on their first call for a shape class: run
-each shape once before capturing, as serving engines do in their warm-up).
+synchronizes, and temporaries come from PyTorch's caching allocator or the current stream's
+scratch (``flashinfer._core.scratch``), so every call can be captured in a CUDA graph (Triton
+kernels autotune on their first call for a shape class: run each shape once before capturing,
+as serving engines do in their warm-up).
 
 What runs per op is ``ROUTES`` in :mod:`._dispatch`; the conditions under which a library
 call takes a problem as it lies in memory are at :func:`_scaled_mm_takes` and

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from flashinfer._core import scratch
 from flashinfer._core.checks import check_device, check_k_major, check_no_overlap, fail, require_tensors
 from flashinfer._core.compile import is_compiling
 from flashinfer._core.replay import Replays, optional_tensor_key, tensor_key
@@ -290,17 +291,28 @@ def _compute(plan: tuple, impl, replays, input, weight, input_scale, weight_scal
         out = torch.empty(M, N, dtype=dtype, device=device)
     replay_input = replay_weight = None
     if quantize_input:
-        a = torch.empty(M, K, dtype=_E4M3, device=device)
-        # column-major (M, K/128): the layout cuBLASLt's 1x128 scales take without a copy
-        input_scale = torch.empty(k_blocks, M, dtype=torch.float32, device=device).t()
+        if replays is None:
+            a = torch.empty(M, K, dtype=_E4M3, device=device)
+            # column-major (M, K/128): the layout cuBLASLt's 1x128 scales take without a copy
+            input_scale = torch.empty(k_blocks, M, dtype=torch.float32, device=device).t()
+        else:  # replays read only pointers: the current stream's scratch (flashinfer._core.scratch)
+            a = scratch.take(device, "blockscale GEMM quantized input", M * K, _E4M3)
+            input_scale = scratch.take(device, "blockscale GEMM input scales", k_blocks * M, torch.float32)
         replay_input = quantize_a(QuantizeBlocks._make((input, 1, a, input_scale)))
     else:
         a = input
-        if input_scale_mn_major:
+        if input_scale_mn_major and replays is None:  # replays read only its pointer
             input_scale = input_scale.t()
     if quantize_weight:
-        b = torch.empty(N, K, dtype=_E4M3, device=device)
-        weight_scale = torch.empty(ceil_div(N, _BLOCK), k_blocks, dtype=torch.float32, device=device)
+        n_blocks = ceil_div(N, _BLOCK)
+        if replays is None:
+            b = torch.empty(N, K, dtype=_E4M3, device=device)
+            weight_scale = torch.empty(n_blocks, k_blocks, dtype=torch.float32, device=device)
+        else:
+            b = scratch.take(device, "blockscale GEMM quantized weight", N * K, _E4M3)
+            weight_scale = scratch.take(
+                device, "blockscale GEMM weight scales", n_blocks * k_blocks, torch.float32
+            )
         replay_weight = quantize_b(QuantizeBlocks._make((weight, _BLOCK, b, weight_scale)))
     else:
         b = weight

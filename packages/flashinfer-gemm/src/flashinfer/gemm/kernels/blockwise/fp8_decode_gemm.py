@@ -23,8 +23,9 @@ asynchronously, as the table says; the scales are loaded a step ahead of their u
 
 With ``SPLIT > 1`` each program writes its fp32 partial sum to ``partial (SPLIT, m, n)`` and
 :func:`fp8_splitk_reduce_kernel` adds the parts in split order and writes ``out``: the result
-does not depend on which program finishes first (deterministic), and the workspace comes from
-PyTorch's caching allocator (stream-ordered, capturable in a CUDA graph, nothing to reset).
+does not depend on which program finishes first (deterministic), and the workspace is the
+current stream's scratch (``flashinfer._core.scratch``: stream-ordered, capturable in a CUDA
+graph, nothing to reset).
 With ``SPLIT == 1`` the GEMM kernel writes ``out`` itself.
 
 Layout
@@ -53,6 +54,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from ...._core import scratch
 from ...._core.triton_launch import FastLaunch
 from ....utils import ceil_div, get_compute_capability, next_positive_power_of_2
 from .. import multiprocessors
@@ -302,9 +304,11 @@ def gemm_groupwise(call, config: DecodeGemmConfig | None = None, gluon: bool = F
     tma = config.tma and _tma_takes(a, b)
 
     def partial_sums(call):
+        # the current stream's scratch (flashinfer._core.scratch): the reduce reads it before the
+        # next call in the stream writes it; flat (the launches read its pointer)
         if split == 1:
             return call.out
-        return torch.empty((split, m, n), dtype=torch.float32, device=call.a.device)
+        return scratch.take(call.a.device, "decode GEMM partial sums", split * m * n, torch.float32)
 
     partial = partial_sums(call)
     launch = _GEMM.bind(
@@ -318,7 +322,7 @@ def gemm_groupwise(call, config: DecodeGemmConfig | None = None, gluon: bool = F
     # a descriptor's place takes its base: the geometry is the signature's
     if split == 1:
         return lambda call: launch(call.a, call.b, call.a_scale, call.b_scale, call.out, call.out)
-    reduce = splitk_reduce(partial, out)
+    reduce = splitk_reduce(partial, split, out)
 
     def replay(call):
         partial = partial_sums(call)
@@ -328,12 +332,13 @@ def gemm_groupwise(call, config: DecodeGemmConfig | None = None, gluon: bool = F
     return replay
 
 
-def splitk_reduce(partial: torch.Tensor, out: torch.Tensor):
+def splitk_reduce(partial: torch.Tensor, split: int, out: torch.Tensor):
     """``out = partial[0] + partial[1] + ...`` in split order (deterministic), converted to
-    ``out``'s dtype: ``partial (split, m, n)`` float32, contiguous; ``out (m, n)`` any strides.
-    Returns the launch, bound (:meth:`~flashinfer._core.triton_launch.FastLaunch.bind`: call it
-    with another ``partial`` and ``out`` of the same shapes, strides and dtypes)."""
-    split, m, n = partial.shape
+    ``out``'s dtype: ``partial`` float32, the ``(split, m, n)`` sums contiguous from its start (a
+    longer flat buffer too); ``out (m, n)`` any strides. Returns the launch, bound
+    (:meth:`~flashinfer._core.triton_launch.FastLaunch.bind`: call it with another ``partial`` and
+    ``out`` of the same dtypes and ``out`` of the same shape and strides)."""
+    m, n = out.shape
     block_m = min(next_positive_power_of_2(m), 16)
     return _REDUCE.bind(
         (ceil_div(n, _REDUCE_BLOCK_N), ceil_div(m, block_m)), partial, out, m, n, *out.stride(),

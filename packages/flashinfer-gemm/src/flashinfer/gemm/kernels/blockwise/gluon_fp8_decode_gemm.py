@@ -53,6 +53,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from ...._core import scratch
 from ...._core.triton_launch import FastLaunch
 from ....utils import ceil_div
 from ..gluon_tma import BLOCK_K, SUB_M, ring_barriers, tma_rows_descriptor
@@ -283,7 +284,7 @@ def gemm_groupwise(call, config):
     -------
     callable
         The replay: repeats the launch for a record of the same call signature (new operands,
-        a new partial-sum buffer, the current stream's counters).
+        the current stream's partial sums and counters).
     """
     a, b, a_scale, b_scale, out = call.a, call.b, call.a_scale, call.b_scale, call.out
     m, k = a.shape
@@ -297,11 +298,16 @@ def gemm_groupwise(call, config):
     partial_size = split * tiles * SUB_M.value * config.block_m
 
     def buffers(call):
-        # (partial sums, arrival counters): the output stands in for both without a split
+        # (partial sums, arrival counters): the output stands in for both without a split; with
+        # one, the current stream's scratch (flashinfer._core.scratch): each launch in a stream
+        # reads its partial sums before the next one writes them and leaves the counters zero
         if split == 1:
             return call.out, call.out
-        partial = torch.empty(partial_size, dtype=torch.float32, device=call.a.device)
-        return partial, _arrival_counters(call.a.device, tiles * 128)
+        device = call.a.device
+        return (
+            scratch.take(device, "decode GEMM partial sums", partial_size, torch.float32),
+            scratch.take(device, "decode GEMM arrival counters", tiles * 128, torch.int32, zeroed=True),
+        )
 
     a_descriptor, b_descriptor = (
         tma_rows_descriptor(a, m, config.block_m),
@@ -314,18 +320,3 @@ def gemm_groupwise(call, config):
     )  # fmt: skip
     # the descriptors' places take their bases: their geometry is the signature's
     return lambda call: launch(call.a, call.b, call.a_scale, call.b_scale, call.out, *buffers(call))
-
-
-_COUNTERS: dict = {}
-
-
-def _arrival_counters(device: torch.device, count: int) -> torch.Tensor:
-    """The split's arrival counters for the current stream of ``device`` (int32, zero between
-    launches: the last thread to arrive resets its own), allocated once per stream and grown when
-    a launch needs more. Launches in one stream run one after another and leave them zero;
-    launches in concurrent streams (two-batch overlap) each count on their stream's own."""
-    key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
-    counters = _COUNTERS.get(key)
-    if counters is None or counters.numel() < count:
-        counters = _COUNTERS[key] = torch.zeros(max(count, 1 << 16), dtype=torch.int32, device=device)
-    return counters
