@@ -486,11 +486,35 @@ def replay_cases():
     return rows
 
 
+def _by_pointer(value):
+    # every tensor in ``value`` by which tensor it is, its byte offset and dtype
+    if isinstance(value, dict):
+        if "tensor" in value:
+            return {k: v for k, v in value.items() if k not in ("shape", "stride")}
+        return {k: _by_pointer(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_by_pointer(v) for v in value]
+    return value
+
+
+def _triton_arguments_by_pointer(launches: list) -> list:
+    """``launches`` with each Triton kernel's tensor arguments (descriptor bases too) described by
+    pointer and dtype alone: the compiled launcher passes a tensor's pointer, never its shape or
+    strides, and a replay may hand a kernel a flat scratch buffer (``flashinfer._core.scratch``)
+    or a scale's storage untransposed where the whole path passes a shaped view of the same
+    memory. A descriptor's own geometry, and library calls (``torch.*``), stay compared whole."""
+    return [
+        launch if launch["launcher"].startswith("torch.") else {**launch, "args": _by_pointer(launch["args"])}
+        for launch in launches
+    ]
+
+
 def replays() -> dict:
     """``{case @ device: (replayed, equal)}`` for every case and device: a second call of the same
     call signature on new memory, replayed where the first call left a replay
     (``flashinfer._core.replay``), and whether its launches equal those of the whole path on that
-    same memory (the replays cleared)."""
+    same memory (the replays cleared; Triton kernels' tensors by pointer:
+    :func:`_triton_arguments_by_pointer`)."""
     from flashinfer._core.replay import Replays
 
     recorder, device = Recorder(), {}
@@ -524,7 +548,8 @@ def replays() -> dict:
             recorder.start(second)
             fn(**second)
             whole = recorder.launches
-            results[f"{name} @ {device_name}"] = (replayed, repeated == whole)
+            equal = _triton_arguments_by_pointer(repeated) == _triton_arguments_by_pointer(whole)
+            results[f"{name} @ {device_name}"] = (replayed, equal)
     return results
 
 
