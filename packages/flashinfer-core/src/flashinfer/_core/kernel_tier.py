@@ -54,7 +54,16 @@ def requested_tier() -> str:
     """The tier ``FLASHINFER_KERNEL_TIER`` asks for, as set (``auto`` when unset): the one read of
     the environment. Read on every call, so a change of the variable takes effect at once; not
     validated here (:func:`use_gluon` raises for a value it does not know)."""
-    return os.environ.get(KERNEL_TIER_ENV, "auto")
+    if _ENVIRON is None:
+        return os.environ.get(KERNEL_TIER_ENV, "auto")
+    value = _ENVIRON.get(_ENV_KEY)  # os.environ's own store: a read without encoding the key
+    return "auto" if value is None else os.environ.decodevalue(value)
+
+
+# os.environ keeps its variables in ``_data`` by encoded key (POSIX and Windows alike since
+# Python 3.2); every change through os.environ updates it. A Python without it reads os.environ.
+_ENVIRON = getattr(os.environ, "_data", None)
+_ENV_KEY = os.environ.encodekey(KERNEL_TIER_ENV) if _ENVIRON is not None else None
 
 
 def use_gluon(device: torch.device, auto_ok: bool = True) -> bool:
