@@ -311,19 +311,19 @@ def run_sample_twice(op: OpInfo, name: str, device="cpu", slack=0.0, tensor_core
     replay served it."""
     from flashinfer._core.replay import Replays
 
-    recorded, served, lookup = [], [], Replays.get
+    recorded, served, lookup = [], [], Replays.find
     put = Replays.put
 
-    def get(self, key):
-        found = lookup(self, key)
+    def find(self, head, tensors):
+        found = lookup(self, head, tensors)
         served.append(found is not None)
         return found
 
-    def kept(self, key, replay):
-        recorded.append(key)
-        put(self, key, replay)
+    def kept(self, head, tensors, replay):
+        recorded.append(head)
+        put(self, head, tensors, replay)
 
-    Replays.get, Replays.put = get, kept
+    Replays.find, Replays.put = find, kept
     try:
         sample = build(op, name)
         run_sample(op, sample, device, slack, tensor_cores)
@@ -333,6 +333,6 @@ def run_sample_twice(op: OpInfo, name: str, device="cpu", slack=0.0, tensor_core
         served.clear()
         run_sample(op, sample, device, slack, tensor_cores)
     finally:
-        Replays.get, Replays.put = lookup, put
+        Replays.find, Replays.put = lookup, put
     assert not recorded or any(served), "a replay was recorded and the repeated call did not take it"
     return any(served)

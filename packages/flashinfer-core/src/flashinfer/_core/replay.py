@@ -14,6 +14,12 @@ Rules
 - A signature holds, for every tensor argument, its shape, strides, dtype, device and pointer
   remainder mod 16 (alignment picks kernels); every other argument by value; the kernel tier the
   environment asks for. Whatever the op's validation or implementation reads must be in it.
+- An op passes the signature in two parts: a *head* (the other arguments, which optional
+  tensors are None: anything hashable) and its tensors. The tensors are checked by a guard built
+  from the first call's (torch's own C++ tensor guard, the one ``torch.compile`` checks its
+  inputs with: Python type, dispatch keys, dtype, device, ``requires_grad``, sizes and strides,
+  in one call), their pointers' remainders mod 16 read beside it. Without that guard (another
+  torch), a Python tuple of the same properties stands in.
 - Only the implementation that returns a replay is replayed (the NVIDIA one, for the routes that
   have one); the reference and MATE return None and always run the whole path, and a call on a
   device they serve computes no signature (:meth:`Replays.serves`: no host time added there).
@@ -35,7 +41,7 @@ import torch
 from . import dispatch
 from .kernel_tier import requested_tier
 
-__all__ = ["ENABLED", "MAX_REPLAYS", "REPLAY_ENV", "Replay", "Replays", "optional_tensor_key", "tensor_key"]
+__all__ = ["ENABLED", "MAX_REPLAYS", "REPLAY_ENV", "Replay", "Replays"]
 
 # what an implementation function returns for a call it can repeat: called with another record of
 # the same call signature, it makes the same launches on that record's tensors
@@ -46,14 +52,61 @@ REPLAY_ENV = "FLASHINFER_EAGER_REPLAY"
 ENABLED = os.environ.get(REPLAY_ENV, "1") not in ("0", "false", "False")
 
 
-def tensor_key(t) -> tuple:
-    """What a call signature holds of a tensor (AttributeError for a non-tensor)."""
-    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15
+# signatures kept per head (calls that differ only in their tensors' layouts), newest first; ops
+# put their leading tensor's shape in the head, so that batch sizes do not share a list
+MAX_PER_HEAD = 4
+
+try:
+    from torch._C._dynamo.guards import TensorGuards
+except ImportError:  # a torch without Dynamo's guards
+    TensorGuards = None
 
 
-def optional_tensor_key(t) -> tuple | None:
-    """:func:`tensor_key`, or None for None."""
-    return None if t is None else tensor_key(t)
+class _PythonGuard:
+    """What :func:`_guard` checks, in Python: each tensor's type, shape, strides, dtype, device and
+    ``requires_grad`` (the stand-in where torch's guard is missing)."""
+
+    def __init__(self, tensors: tuple):
+        self._key = self._of(tensors)
+
+    @staticmethod
+    def _of(tensors: tuple) -> tuple:
+        return tuple((type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad) for t in tensors)
+
+    def check(self, *tensors) -> bool:
+        try:
+            return self._of(tensors) == self._key
+        except (AttributeError, TypeError):
+            return False
+
+
+def _guard(tensors: tuple):
+    """A guard of ``tensors``' properties: ``guard.check(*others)`` is True when ``others`` match
+    them one by one (False for anything else, a non-tensor included)."""
+    if TensorGuards is not None:
+        try:
+            return TensorGuards(
+                *tensors,
+                dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                dynamic_dims_strides=[list(t.stride()) for t in tensors],
+            )
+        except (TypeError, RuntimeError):  # another signature of the private class
+            pass
+    return _PythonGuard(tensors)
+
+
+def _alignment(tensors: tuple):
+    """The tensors' pointer remainders mod 16 (0 when all are aligned), or None where a guard
+    must not look: a non-tensor, a nested tensor (torch's guard aborts the process on one)."""
+    bits = 0
+    try:
+        for t in tensors:
+            if t.is_nested:
+                return None
+            bits |= t.data_ptr()
+    except (AttributeError, RuntimeError):
+        return None
+    return 0 if bits & 15 == 0 else tuple(t.data_ptr() & 15 for t in tensors)
 
 
 class Replays:
@@ -63,7 +116,7 @@ class Replays:
         self._reset()
 
     def _reset(self) -> None:
-        self._routing, self._replays, self._serves = dispatch.ROUTING, {}, {}
+        self._routing, self._replays, self._serves, self._count = dispatch.ROUTING, {}, {}, 0
         self._serves_cpu = self._decide(torch.device("cpu"))
 
     @staticmethod
@@ -89,18 +142,45 @@ class Replays:
             serves = self._serves[device] = self._decide(device)
             return serves
 
-    def key(self, *parts) -> tuple:
-        """The signature: the op's ``parts`` and the kernel tier the environment asks for."""
-        return (*parts, requested_tier())
+    def find(self, head, tensors: tuple):
+        """The replay recorded for this call signature, or None.
 
-    def get(self, key: tuple):
-        """The replay recorded for ``key``, or None."""
+        ``head``: the signature's other arguments (hashable); ``tensors``: its tensors, in the
+        op's fixed order (None for an unhashable head, a non-tensor or a nested tensor: the op's
+        checks then say what is wrong)."""
         if self._routing is not dispatch.ROUTING:
             self._reset()
-        return self._replays.get(key)
+        try:
+            entries = self._replays.get((head, requested_tier()))
+        except TypeError:  # an unhashable argument
+            return None
+        if entries is None:
+            return None
+        alignment = _alignment(tensors)
+        if alignment is None:
+            return None
+        try:
+            for guard, aligned, replay in entries:
+                if aligned == alignment and guard.check(*tensors):
+                    return replay
+        except TypeError:  # another count of tensors than the head's signatures hold
+            pass
+        return None
 
-    def put(self, key: tuple, replay) -> None:
-        """Record ``replay`` for ``key``."""
-        if len(self._replays) >= MAX_REPLAYS:
+    def put(self, head, tensors: tuple, replay) -> None:
+        """Record ``replay`` for the signature of ``head`` and ``tensors`` (the call that made it)."""
+        alignment = _alignment(tensors)
+        if alignment is None:
+            return
+        if self._count >= MAX_REPLAYS:
             self._replays.clear()
-        self._replays[key] = replay
+            self._count = 0
+        try:
+            entries = self._replays.setdefault((head, requested_tier()), [])
+        except TypeError:  # an unhashable argument: nothing to find it by
+            return
+        if len(entries) >= MAX_PER_HEAD:
+            entries.pop()
+            self._count -= 1
+        entries.insert(0, (_guard(tensors), alignment, replay))  # the newest is checked first
+        self._count += 1

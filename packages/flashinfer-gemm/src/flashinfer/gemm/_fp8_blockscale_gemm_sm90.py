@@ -14,7 +14,7 @@ import torch
 from flashinfer._core import scratch
 from flashinfer._core.checks import check_device, check_k_major, check_no_overlap, fail, require_tensors
 from flashinfer._core.compile import is_compiling
-from flashinfer._core.replay import Replays, optional_tensor_key, tensor_key
+from flashinfer._core.replay import Replays
 from flashinfer.api_logging import flashinfer_api
 from flashinfer.utils import ceil_div
 
@@ -216,16 +216,12 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
             "fp8_blockscale_gemm_sm90", (input, weight, input_scale, weight_scale, out, out_dtype)
         )
     key = None
-    try:
-        if _REPLAYS.serves(input):
-            key = _REPLAYS.key(
-                tensor_key(input), tensor_key(weight), optional_tensor_key(input_scale),
-                optional_tensor_key(weight_scale), optional_tensor_key(out), out_dtype,
-            )  # fmt: skip
-    except AttributeError:  # a non-tensor argument: the checks below say which
-        pass
-    if key is not None:
-        replay = _REPLAYS.get(key)
+    if _REPLAYS.serves(input):  # False for a non-tensor: the checks below say
+        tensors = (input, weight, input_scale, weight_scale, out)
+        if input_scale is None or weight_scale is None or out is None:  # the head says which
+            tensors = tuple(t for t in tensors if t is not None)
+        key = (input.shape, input_scale is None, weight_scale is None, out is None, out_dtype)
+        replay = _REPLAYS.find(key, tensors)
         if replay is not None:  # this signature passed every check below (flashinfer._core.replay)
             if out is not None:
                 check_no_overlap(out, "out", ("input", "weight"), input, weight)
@@ -269,7 +265,7 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
         plan, DISPATCH.module(device), None, input, weight, input_scale, weight_scale, out
     )
     if key is not None and all(r is not None for r, used in zip(replays, (plan[5], plan[6], True)) if used):
-        _REPLAYS.put(key, (plan, replays))  # every launch the call made has its replay
+        _REPLAYS.put(key, tensors, (plan, replays))  # every launch the call made has its replay
     return out
 
 

@@ -16,7 +16,7 @@ import torch
 
 from .._core.checks import describe, fail
 from .._core.compile import is_compiling
-from .._core.replay import Replay, Replays, optional_tensor_key, tensor_key
+from .._core.replay import Replay, Replays
 from ..api_logging import flashinfer_api
 from . import _checks, _packed_decode, _unpacked_decode
 from ._args import Decode
@@ -201,22 +201,22 @@ def trtllm_batch_decode_with_kv_cache_mla(
         and sparse_mla_top_k_lens is None
         and causal_seqlens_kv_global is None
     ):
-        try:
-            options = (
-                qk_nope_head_dim, kv_lora_rank, qk_rope_head_dim, max_seq_len, sparse_mla_top_k, bmm1_scale,
-                bmm2_scale, skip_softmax_threshold_scale_factor, enable_pdl, backend, is_var_seq,
-                uses_shared_paged_kv_idx, return_lse, cute_dsl_impl, kv_scale_format, max_q_len, enable_dcp,
-                cp_world, cp_rank, use_fp16_softmax,
-            )  # fmt: skip
-            key = _REPLAYS.key(
-                tensor_key(query), tensor_key(kv_cache), tensor_key(workspace_buffer), tensor_key(block_tables),
-                optional_tensor_key(seq_lens), optional_tensor_key(out), optional_tensor_key(lse),
-                optional_tensor_key(multi_ctas_kv_counter_buffer), metadata, options, tuple(map(type, options)),
-            )  # fmt: skip
-            replay = _REPLAYS.get(key)
-        except (AttributeError, TypeError):  # a non-tensor, an unhashable value: the checks below say
-            key = None
-        if key is not None and replay is not None:
+        options = (
+            qk_nope_head_dim, kv_lora_rank, qk_rope_head_dim, max_seq_len, sparse_mla_top_k, bmm1_scale,
+            bmm2_scale, skip_softmax_threshold_scale_factor, enable_pdl, backend, is_var_seq,
+            uses_shared_paged_kv_idx, return_lse, cute_dsl_impl, kv_scale_format, max_q_len, enable_dcp,
+            cp_world, cp_rank, use_fp16_softmax,
+        )  # fmt: skip
+        optional = (seq_lens, out, lse, multi_ctas_kv_counter_buffer)
+        if lse is None and multi_ctas_kv_counter_buffer is None and seq_lens is not None and out is not None:
+            tensors = (query, kv_cache, workspace_buffer, block_tables, seq_lens, out)  # the serving call
+        else:  # the head says which are given
+            tensors = tuple(
+                t for t in (query, kv_cache, workspace_buffer, block_tables, *optional) if t is not None
+            )
+        key = (query.shape, *(t is None for t in optional), metadata, options, tuple(map(type, options)))
+        replay = _REPLAYS.find(key, tensors)
+        if replay is not None:
             return replay(query, kv_cache, workspace_buffer, block_tables, seq_lens, out, lse)
 
     # ---- the options both cache forms share, in the order FlashInfer checks them
@@ -268,7 +268,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
             impl_replay = impl.dense_decode(call)
         if key is not None and impl_replay is not None:
             given = (query, kv_cache, block_tables, seq_lens, workspace_buffer)
-            _keep_replay(key, call, result, return_lse, lse is None, given, impl_replay)
+            _keep_replay(key, tensors, call, result, return_lse, lse is None, given, impl_replay)
     return result
 
 
@@ -304,9 +304,12 @@ class _DecodeReplay(NamedTuple):
         return (out, lse) if self.return_lse else out
 
 
-def _keep_replay(key, call, result, return_lse: bool, no_lse_given: bool, given: tuple, impl_replay) -> None:
-    """Keep the implementation's replay for ``key`` where the record is the arguments as given
-    (``query, kv_cache, block_tables, seq_lens, workspace_buffer``), the outputs as returned (a 3-D
+def _keep_replay(
+    key, tensors: tuple, call, result, return_lse: bool, no_lse_given: bool, given: tuple, impl_replay
+) -> None:
+    """Keep the implementation's replay for the signature ``key, tensors`` where the record is the
+    arguments as given (``query, kv_cache, block_tables, seq_lens, workspace_buffer``), the
+    outputs as returned (a 3-D
     ``out``'s 4-D view) and float scales: a repeated call then makes its record from its own
     arguments without the checks."""
     out, lse = result if return_lse else (result, call.lse)
@@ -324,5 +327,6 @@ def _keep_replay(key, call, result, return_lse: bool, no_lse_given: bool, given:
         lse_shape = tuple(lse.shape) if return_lse and no_lse_given else None
         _REPLAYS.put(
             key,
+            tensors,
             _DecodeReplay(scales, tuple(out.shape), call.out is not out, lse_shape, return_lse, impl_replay),
         )

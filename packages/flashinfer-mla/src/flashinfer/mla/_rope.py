@@ -18,7 +18,7 @@ import torch
 
 from .._core.checks import check_device, check_last_dim_contiguous, describe, fail, require_tensors
 from .._core.compile import is_compiling
-from .._core.replay import Replays, tensor_key
+from .._core.replay import Replays
 from ..api_logging import flashinfer_api
 from ._args import Rope
 from ._dispatch import DISPATCH
@@ -147,17 +147,13 @@ def rope_quantize_fp8(
         and q_nope_out is not None
         and k_nope_out is not None
     ):
-        try:
-            options = (is_neox, quantize_dtype, quant_scale_q, quant_scale_kv, enable_pdl)
-            key = _REPLAYS.key(
-                tensor_key(q_rope), tensor_key(k_rope), tensor_key(q_nope), tensor_key(k_nope),
-                tensor_key(cos_sin_cache), tensor_key(pos_ids), tensor_key(q_rope_out), tensor_key(k_rope_out),
-                tensor_key(q_nope_out), tensor_key(k_nope_out), options, tuple(map(type, options)),
-            )  # fmt: skip
-            replay = _REPLAYS.get(key)
-        except (AttributeError, TypeError):  # a non-tensor, an unhashable value: the checks below say
-            key = None
-        if key is not None and replay is not None:
+        tensors = (
+            q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, q_rope_out, k_rope_out, q_nope_out, k_nope_out
+        )  # fmt: skip
+        options = (is_neox, quantize_dtype, quant_scale_q, quant_scale_kv, enable_pdl)
+        key = (q_rope.shape, options, tuple(map(type, options)))
+        replay = _REPLAYS.find(key, tensors)
+        if replay is not None:
             is_neox, quant_scale_q, quant_scale_kv, impl_replay = replay
             impl_replay(
                 Rope._make((
@@ -231,7 +227,7 @@ def rope_quantize_fp8(
             )
         )
         if key is not None and impl_replay is not None:
-            _REPLAYS.put(key, (bool(is_neox), quant_scale_q, quant_scale_kv, impl_replay))
+            _REPLAYS.put(key, tensors, (bool(is_neox), quant_scale_q, quant_scale_kv, impl_replay))
     return q_rope_out, k_rope_out, q_nope_out, k_nope_out
 
 
