@@ -1,5 +1,6 @@
 """The stream scratch's rules (``flashinfer._core.scratch``): one buffer per purpose and dtype,
-reused while it is long enough, outgrown buffers kept allocated, large temporaries not kept."""
+reused while it is long enough, grown by doubling, large temporaries and those of a call being
+captured into a CUDA graph not kept."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from flashinfer._core import scratch
 @pytest.fixture(autouse=True)
 def empty_scratch(monkeypatch):
     monkeypatch.setattr(scratch, "_BUFFERS", {})
-    monkeypatch.setattr(scratch, "_RETIRED", [])
 
 
 def test_a_purpose_reuses_its_buffer_while_it_is_long_enough():
@@ -26,12 +26,12 @@ def test_a_purpose_reuses_its_buffer_while_it_is_long_enough():
     assert scratch.take(cpu, "partial sums", 100, torch.int32).dtype == torch.int32
 
 
-def test_an_outgrown_buffer_stays_allocated():
+def test_an_outgrown_buffer_is_replaced_by_one_twice_its_size():
     cpu = torch.device("cpu")
     small = scratch.take(cpu, "partial sums", 100, torch.float32)
     larger = scratch.take(cpu, "partial sums", 150, torch.float32)
     assert larger.numel() == 200  # twice the old size: growing stays rare
-    assert scratch._RETIRED == [small]  # a captured graph may still hold its address
+    assert scratch._BUFFERS[(cpu, 0, "partial sums", torch.float32)] is larger and larger is not small
     assert scratch.take(cpu, "partial sums", 120, torch.float32) is larger
 
 
@@ -49,3 +49,15 @@ def test_large_temporaries_are_allocated_per_call(monkeypatch):
 def test_zeroed_buffers_start_zero():
     counters = scratch.take(torch.device("cpu"), "counters", 1000, torch.int32, zeroed=True)
     assert counters.numel() == 1000 and not counters.any()
+
+
+def test_a_call_being_captured_gets_its_own_memory(monkeypatch):
+    """A CUDA graph never holds a scratch buffer's address (eager calls between its replays would
+    write under it; torch.compile's graph trees reject allocations that outlive the call)."""
+    cpu = torch.device("cpu")
+    kept = scratch.take(cpu, "partial sums", 100, torch.float32)
+    monkeypatch.setattr(scratch, "_capturing", lambda device: True)
+    during = scratch.take(cpu, "partial sums", 100, torch.float32)
+    counters = scratch.take(cpu, "counters", 100, torch.int32, zeroed=True)
+    assert during is not kept and during.numel() == 100 and not counters.any()
+    assert set(scratch._BUFFERS) == {(cpu, 0, "partial sums", torch.float32)}
