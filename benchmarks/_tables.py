@@ -151,6 +151,38 @@ def eager_calls_table(rows) -> str:
     return "\n".join(lines)
 
 
+def eager_split_table(rows) -> str:
+    """Each call's host issue time and GPU time, ours and the anchor's (``eager_split.py``).
+
+    Parameters
+    ----------
+    rows : list of dict
+        ``{"op", "impl", "host_us", "gpu_us"}`` rows (``gpu_us`` None where the call was not
+        captured).
+
+    Returns
+    -------
+    str
+        A Markdown table in ``EAGER_CALLS``' order; a call or anchor with no row reads "-".
+    """
+    by = {(r["op"], r["impl"]): r for r in rows}
+
+    def cell(op, impl, field):
+        value = by.get((op, impl), {}).get(field)
+        return "-" if value is None else f"{value:.1f}"
+
+    lines = [
+        "| call | ours: host (us) | ours: GPU (us) | anchor | anchor: host (us) | anchor: GPU (us) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for op, (anchor, _) in EAGER_CALLS.items():
+        lines.append(
+            f"| {op} | {cell(op, 'ours', 'host_us')} | {cell(op, 'ours', 'gpu_us')} | {anchor} | "
+            f"{cell(op, anchor, 'host_us')} | {cell(op, anchor, 'gpu_us')} |"
+        )
+    return "\n".join(lines)
+
+
 def plot(rows, path):
     """Two panels: sparse decode's floor / time by batch (q_len 1) and RoPE's share of the copy
     bandwidth by tokens, from ``bench_mla.py`` rows; written to ``path`` (needs matplotlib)."""

@@ -11,7 +11,9 @@ splits the two, in the same process and on the same operands:
   inflates every figure: read it as shares).
 
 ``--impl ours`` or ``--impl upstream`` as in ``eager_calls.py`` (upstream's wheel alone on
-``PYTHONPATH``). Run from the repository root::
+``PYTHONPATH``; FlashMLA's decode beside ours where ``flash_mla`` is importable); ``--join OURS
+UPSTREAM --json PATH`` joins the two runs' files (what ``report.py`` reads). Run from the
+repository root::
 
     PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-gemm/src:packages/flashinfer-mla/src:\\
 packages/flashinfer-python/src python3 benchmarks/eager_split.py --impl ours [--profile] [--json PATH]
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import datetime
 import io
 import json
 import os
@@ -93,10 +96,19 @@ def profile(fn, calls: int = 2000, top: int = 18) -> str:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", choices=("ours", "upstream"), required=True)
+    parser.add_argument("--impl", choices=("ours", "upstream"))
+    parser.add_argument("--join", nargs=2, metavar="JSON", help="join an ours and an upstream run's files")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions per call")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
+    if args.join:
+        runs = [json.load(open(path)) for path in args.join]
+        joined = {"meta": [run["meta"] for run in runs], "rows": [r for run in runs for r in run["rows"]]}
+        with open(args.json, "w") as f:
+            json.dump(joined, f, indent=1)
+        return
+    if not args.impl:
+        parser.error("--impl or --join")
     calls = {(name, args.impl): fn for name, fn in eager_calls.gemm_calls().items()}
     calls[(eager_calls.ROWS[0], args.impl)] = eager_calls.rope_call(args.impl)
     calls.update(eager_calls.decode_calls(args.impl))
@@ -109,7 +121,10 @@ def main():
         if args.profile:
             print(profile(fn), flush=True)
     if args.json:
-        meta = {"impl": args.impl, "device": torch.cuda.get_device_name(), "torch": torch.__version__}
+        meta = {
+            "impl": args.impl, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }  # fmt: skip
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
 

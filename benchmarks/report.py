@@ -59,6 +59,7 @@ FILES = {
     # tier beside it: packed_mla_h100.json)
     "packed_decode": "packed_mla_flashmla_h100.json",
     "eager_calls": "eager_calls_h100.json",  # eager_calls.py --impl ours (FlashMLA beside it)
+    "eager_split": "eager_split_h100.json",  # eager_split.py --impl ours, then --impl upstream, joined
 }
 # FlashMLA's sparse FP8 decode as quoted where the decode targets were set (a separate run, not
 # in results/; RESULTS.md's footnote says so): (dtype, batch, heads, q_len) -> us in a graph
@@ -748,6 +749,20 @@ def eager_calls() -> str:
     )
 
 
+def eager_split() -> str:
+    """Each eager call's host issue time and GPU time, ours and upstream's (where the time goes)."""
+    run = load("eager_split")
+    metas = run["meta"]
+    ran = ", ".join(f"{m['impl']} on {m['device']} ({m['date'][:10]})" for m in metas)
+    return (
+        prose(f"Runs: {ran}. An impl that did not run reads '-'.")
+        + "\n\n"
+        + _tables.eager_split_table(run["rows"])
+        + "\n\n"
+        + data_line("eager_split")
+    )
+
+
 def plot_caption(path: str, alt: str, kinds: tuple, drawn: str, current: str) -> str:
     """A plot, what it is drawn from, and where the kernels it shows stand now.
 
@@ -813,6 +828,7 @@ def gpu_suite() -> str:
 BLOCKS = {
     "machine": machine,
     "eager_calls": eager_calls,
+    "eager_split": eager_split,
     "summary": summary,
     "summary_notes": summary_notes,
     "gluon_probe": probe,
