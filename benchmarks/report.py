@@ -735,32 +735,23 @@ def decode_eager() -> str:
     return "\n".join(lines) + "\n\n" + data_line("decode_eager", "decode_eager_tl")
 
 
+def _eager_block(kind: str, table, missing: str) -> str:
+    """A generated block of the eager sections: the runs, ``table`` of their rows, the data."""
+    run = load(kind)
+    ran = ", ".join(f"{m['impl']} on {m['device']} ({m['date'][:10]})" for m in run["meta"])
+    return prose(f"Runs: {ran}. {missing}") + "\n\n" + table(run["rows"]) + "\n\n" + data_line(kind)
+
+
 def eager_calls() -> str:
     """Eager wall time of one public call against its anchor (issue 32's table)."""
-    run = load("eager_calls")
-    metas = run["meta"]
-    ran = ", ".join(f"{m['impl']} on {m['device']} ({m['date'][:10]})" for m in metas)
-    return (
-        prose(f"Runs: {ran}. A call whose anchor did not run reads 'not run'.")
-        + "\n\n"
-        + _tables.eager_calls_table(run["rows"])
-        + "\n\n"
-        + data_line("eager_calls")
+    return _eager_block(
+        "eager_calls", _tables.eager_calls_table, "A call whose anchor did not run reads 'not run'."
     )
 
 
 def eager_split() -> str:
     """Each eager call's host issue time and GPU time, ours and upstream's (where the time goes)."""
-    run = load("eager_split")
-    metas = run["meta"]
-    ran = ", ".join(f"{m['impl']} on {m['device']} ({m['date'][:10]})" for m in metas)
-    return (
-        prose(f"Runs: {ran}. An impl that did not run reads '-'.")
-        + "\n\n"
-        + _tables.eager_split_table(run["rows"])
-        + "\n\n"
-        + data_line("eager_split")
-    )
+    return _eager_block("eager_split", _tables.eager_split_table, "An impl that did not run reads '-'.")
 
 
 def plot_caption(path: str, alt: str, kinds: tuple, drawn: str, current: str) -> str:
