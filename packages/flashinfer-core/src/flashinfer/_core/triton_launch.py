@@ -25,13 +25,14 @@ Rules
   chosen. At most ``MAX_ENTRIES`` kernels (and tuned configs) are kept per launcher.
 - Runtime arguments are passed positionally, constexprs and launch options by keyword.
 - The first call of a key, and every call while a launch hook is set (profilers such as
-  proton), under ``TRITON_INTERPRET=1`` or on a Triton outside ``SUPPORTED_TRITON``, goes
-  through ``kernel[grid]`` itself. The protocol used (``CompiledKernel.run`` taking the grid,
-  stream, function handle, packed metadata, launch metadata and the two hooks, then every
-  parameter in signature order) is the one ``JITFunction.run`` itself uses in Triton 3.4 to
-  3.9; a launcher without scratch buffers is called one step further in, at its C launch, as
-  ``CudaLauncher.__call__`` calls it. ``tests/core/test_triton_launch.py`` checks both against
-  the installed Triton's source and runs every decision with the launcher stubbed.
+  proton), under ``TRITON_INTERPRET=1``, with ``FLASHINFER_FAST_LAUNCH=0`` or on a Triton
+  without ``triton.knobs`` (before 3.4), goes through ``kernel[grid]`` itself. At a compiled
+  kernel's first launch, :func:`flashinfer._core.triton_compat.direct_launch` finds how its
+  launcher calls its C launch (the argument protocol differs between releases); later launches
+  call that C launch directly. A launcher it does not recognise, or one that allocates scratch
+  memory per launch, keeps launching through ``kernel[grid]`` (the former with one warning:
+  slower, never an error). ``tests/core/test_triton_launch.py`` runs every decision with the
+  launcher stubbed and against the installed release's own launcher.
 - The launch runs on the first tensor argument's device (a device guard when that is not the
   current device). Callers have validated that every tensor lives on that CUDA device: pointers
   are passed as integers, which the launcher does not check again.
@@ -41,9 +42,10 @@ Rules
 
 from __future__ import annotations
 
-import re
+import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -51,33 +53,27 @@ import triton
 from triton.compiler import CompiledKernel
 from triton.runtime.jit import JITFunction
 
+from . import triton_compat
+
 try:
     from triton import knobs
     from triton.runtime import driver
-except ImportError:  # Triton < 3.4: its compiled kernels take another argument list
+except ImportError:  # Triton < 3.4: no launch hooks to read, another JIT launch
     knobs = None
-try:
-    from triton.backends.nvidia.driver import make_tensordesc_arg
-except ImportError:  # a Triton without it: its wrapper expands descriptors on every launch
-    make_tensordesc_arg = None
 
-__all__ = ["AUTOTUNED_LAUNCH", "FastLaunch", "MAX_ENTRIES", "SUPPORTED_TRITON", "TunedLaunch"]
+__all__ = ["AUTOTUNED_LAUNCH", "FAST_LAUNCH_ENV", "FastLaunch", "MAX_ENTRIES", "TunedLaunch"]
 
 MAX_ENTRIES = 256
 MAX_TMA_ARGS = 4096  # encoded TMA descriptors kept for bound launches (:func:`_tma_arg`)
-# (major, minor) of the first and last Triton whose launch protocol FastLaunch follows.
-SUPPORTED_TRITON = ((3, 4), (3, 9))
+FAST_LAUNCH_ENV = "FLASHINFER_FAST_LAUNCH"  # "0": every launch through kernel[grid]
+_JIT = "jit"  # a compiled-kernel entry that launches through kernel[grid] (not recognised)
+_warned_unrecognised = False
 
 
-def triton_version() -> tuple[int, int]:
-    """``(major, minor)`` of the installed Triton (compared as numbers, never as strings)."""
-    major, minor = re.match(r"(\d+)\.(\d+)", triton.__version__).groups()
-    return int(major), int(minor)
-
-
-def protocol_supported() -> bool:
-    """Whether this Triton's compiled-kernel launch is the one :class:`FastLaunch` makes."""
-    return knobs is not None and SUPPORTED_TRITON[0] <= triton_version() <= SUPPORTED_TRITON[1]
+def fast_launch_allowed() -> bool:
+    """Whether launches may skip Triton's dispatch: a Triton with ``triton.knobs`` (3.4+) and
+    ``FLASHINFER_FAST_LAUNCH`` not ``0`` (read when a :class:`FastLaunch` is made)."""
+    return knobs is not None and os.environ.get(FAST_LAUNCH_ENV, "1") != "0"
 
 
 def _current_device() -> int:
@@ -100,9 +96,7 @@ def _bind_torch_device_queries() -> None:
         _current_device, _current_stream = get_device, get_stream
 
 
-def _is_descriptor(t: type) -> bool:
-    # Triton's and Gluon's host-side TMA descriptors (dataclasses with a block shape)
-    return "block_shape" in getattr(t, "__dataclass_fields__", ())
+_is_descriptor = triton_compat._is_descriptor
 
 
 def _descriptor_key(d) -> tuple:
@@ -159,22 +153,6 @@ def _hooks_set() -> bool:
     return bool(getattr(enter, "calls", enter) or getattr(leave, "calls", leave))
 
 
-def _direct_launcher(run):
-    """``(C launch function, its leading options)`` of a compiled kernel's launcher, or None.
-
-    Triton's ``CudaLauncher.__call__`` allocates the kernel's scratch buffers (none for most
-    kernels) and hands its arguments on to the C launch with four options put in front (the
-    cooperative-grid and PDL flags, the two scratch buffers): without scratch, calling the C
-    launch directly with the same arguments skips a Python frame a launch.
-    """
-    try:
-        if run.global_scratch_size or run.profile_scratch_size:
-            return None
-        return run.launch, (run.launch_cooperative_grid, run.launch_pdl, None, None)
-    except AttributeError:  # another launcher class: its own call
-        return None
-
-
 class FastLaunch:
     """A cache of one JIT kernel's compiled variants, launched without the JIT dispatcher.
 
@@ -195,7 +173,7 @@ class FastLaunch:
 
     def __init__(self, kernel, varying: tuple = ()):
         self.kernel = kernel
-        self.enabled = isinstance(kernel, JITFunction) and protocol_supported()
+        self.enabled = isinstance(kernel, JITFunction) and fast_launch_allowed()
         names = [p.name for p in getattr(kernel, "params", ())]
         self._varying = frozenset(names.index(name) for name in varying) if self.enabled else frozenset()
         self._compiled: dict = {}
@@ -232,8 +210,15 @@ class FastLaunch:
         if entry is None:
             self._compile_and_launch(key, grid, args, kwargs)
             return
-        launch, options, constexprs = entry
-        launch(*grid, *(1,) * (3 - len(grid)), _current_stream(device), *options, *call_args, *constexprs)
+        if entry is _JIT:
+            self.kernel[grid](*args, **kwargs)
+            return
+        launch, options, constexprs, packed = entry
+        stream = _current_stream(device)
+        if packed:
+            launch(*grid, *(1,) * (3 - len(grid)), stream, *options, (*call_args, *constexprs))
+        else:
+            launch(*grid, *(1,) * (3 - len(grid)), stream, *options, *call_args, *constexprs)
 
     def bind(self, grid: tuple, *args, **kwargs) -> Callable[..., None]:
         """Launch as :meth:`launch` does and return the launch, bound: a function that repeats
@@ -258,11 +243,13 @@ class FastLaunch:
         entry = device = None
         prepare = self._patterns.get(tuple(map(type, args))) if self.enabled and not _hooks_set() else None
         if prepare is not None:  # else the launch took Triton's path: nothing compiled to bind
-            key_args, _, first = prepare(args)
+            key_args, call_args, first = prepare(args)
             device = _current_device() if first is None else first.get_device()
             entry = self._compiled.get((device, prepare, tuple(kwargs.items()), key_args))
         fallback = _fallback_launch(self, grid, args, kwargs)
-        return fallback if entry is None else _bound_launch(self, grid, args, entry, device, fallback)
+        if entry is None or entry is _JIT:
+            return fallback
+        return _bound_launch(self, grid, args, (*call_args, *entry[2]), entry, device, fallback)
 
     def _compile_and_launch(self, key, grid, args, kwargs) -> None:
         compiled = self.kernel[grid](*args, **kwargs)
@@ -271,18 +258,40 @@ class FastLaunch:
         # The compiled launcher takes every parameter in signature order, constexprs included.
         params = self.kernel.params[len(args) :]
         constexprs = tuple(kwargs[p.name] if p.name in kwargs else p.default for p in params)
-        run = compiled.run
-        # after the stream: the function, (the C launch's options,) the packed metadata, no
-        # launch metadata, no hooks (JITFunction.run's arguments)
-        tail = (compiled.packed_metadata, None, None, None)
-        direct = _direct_launcher(run)
+        try:
+            run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
+        except AttributeError:  # another compiled-kernel class
+            run = None
+        direct = (
+            None
+            if run is None
+            else triton_compat.direct_launch(run, function, metadata, len(self.kernel.params))
+        )
         if direct is None:
-            entry = (run, (compiled.function, *tail), constexprs)
+            if run is None or not (
+                getattr(run, "global_scratch_size", 0) or getattr(run, "profile_scratch_size", 0)
+            ):
+                _warn_unrecognised(run)
+            entry = _JIT
         else:
-            entry = (direct[0], (compiled.function, *direct[1], *tail), constexprs)
+            entry = (direct.launch, direct.options, constexprs, direct.packed)
         if len(self._compiled) >= MAX_ENTRIES:
             self._compiled.clear()
         self._compiled[key] = entry
+
+
+def _warn_unrecognised(run) -> None:
+    global _warned_unrecognised
+    if _warned_unrecognised:
+        return
+    _warned_unrecognised = True
+    warnings.warn(
+        f"flashinfer: Triton {triton.__version__}'s compiled-kernel launcher ({type(run).__name__}) "
+        "calls its C launch in a way this build does not recognise; kernels launch through "
+        "kernel[grid] instead (correct, with more host time per launch)",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def _with_base(descriptor, base):
@@ -313,13 +322,21 @@ def _fallback_launch(fast: FastLaunch, grid: tuple, args: tuple, kwargs: dict):
     return fallback
 
 
-def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, entry, device, fallback):
+def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, call_args: tuple, entry, device, fallback):
     """The bound launch as one written function of the per-call tensors, its constants bound by
-    name, calling the compiled launcher directly (:meth:`FastLaunch.bind`)."""
-    launch, options, constexprs = entry
-    unwrapped = _unwrap_tensordesc(launch) if any(map(_is_descriptor, map(type, args))) else None
-    if unwrapped is not None:  # descriptors expanded here, encoded once per base pointer
-        launch, metadata = unwrapped
+    name, calling the compiled launcher directly (:meth:`FastLaunch.bind`); ``call_args`` are
+    what the bound call passed its launcher (pointers for tensors, constexprs last)."""
+    launch, options, constexprs, packed = entry
+    unwrapped = None
+    if any(map(_is_descriptor, map(type, args))):  # descriptors expanded here, encoded once per base
+        direct = triton_compat.DirectLaunch(launch, options, packed)
+        grid3 = (*grid, *(1,) * (3 - len(grid)))
+        unwrapped = triton_compat.unwrap_tensordesc(launch, direct, call_args, grid3, 0)
+    if unwrapped is not None:
+        launch = unwrapped.launch
+        descriptor_index = {
+            i: n for n, i in enumerate(i for i, a in enumerate(args) if _is_descriptor(type(a)))
+        }
     scope = {
         "_launch": launch, "_fallback": fallback, "_hooks_set": _hooks_set, "_device": device,
         "_tma_arg": _tma_arg, "_with_base": _with_base,
@@ -341,12 +358,11 @@ def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, entry, device, fal
         if unwrapped is None:  # the descriptor object (the launcher encodes it)
             call.append(f"_with_base(d{i}, {t})")
             continue
-        meta = metadata[i]
-        geometry = (
-            *descriptor.shape, *descriptor.strides, descriptor.padding,
-            *((k, tuple(v) if isinstance(v, list) else v) for k, v in meta.items()),
-        )  # fmt: skip
-        scope[f"m{i}"] = descriptor, meta, geometry
+        n = descriptor_index[i]
+        meta = unwrapped.metadata[n]
+        # every field but the base (shape, strides, padding, the release's others) and the metadata
+        geometry = _frozen((*((k, v) for k, v in vars(descriptor).items() if k != "base"), *meta.items()))
+        scope[f"m{i}"] = descriptor, unwrapped, n, geometry
         call.append(f"*_tma_arg({t}, m{i})")
     for j, value in enumerate((*grid, *(1,) * (3 - len(grid)))):
         scope[f"g{j}"] = value
@@ -361,12 +377,13 @@ def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, entry, device, fal
         " or t0.get_device() != _device" if names else ""
     )
     params = ", ".join(names)
+    arguments = [*head, f"({', '.join(call)},)"] if packed else [*head, *call]
     source = "\n    ".join(
         [
             f"def bound({params}):",
             f"if {device_guard} or _hooks_set():",
             f"    return _fallback({params})",
-            f"_launch({', '.join(head + call)})",
+            f"_launch({', '.join(arguments)})",
         ]
     )
     name = getattr(fast.kernel, "__name__", "a kernel")
@@ -374,37 +391,29 @@ def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, entry, device, fal
     return scope["bound"]
 
 
-def _unwrap_tensordesc(launch):
-    """``(C launch, {parameter index: TMA metadata})`` of Triton's wrapper that expands host TMA
-    descriptors before its C launch (``wrap_handle_tensordesc``: each descriptor becomes the
-    tensor map it encodes on every launch, then its shape and strides), or None (another
-    launcher, or descriptors without TMA metadata, which Triton decomposes otherwise)."""
-    try:
-        cells = dict(zip(launch.__code__.co_freevars, (c.cell_contents for c in launch.__closure__)))
-        c_launch, indices, metadata = cells["launcher"], cells["tensordesc_indices"], cells["tensordesc_meta"]
-    except (AttributeError, TypeError, KeyError, ValueError):
-        return None
-    if make_tensordesc_arg is None or len(metadata) != len(indices) or any(m is None for m in metadata):
-        return None
-    # the wrapper hands the i-th descriptor parameter (in signature order) the i-th metadata
-    return c_launch, dict(zip(sorted(indices), metadata))
-
-
 _TMA_ARGS: dict = {}
 
 
 def _tma_arg(base, slot: tuple) -> tuple:
-    """Triton's expansion of a bound host TMA descriptor over ``base`` for its C launch
-    (``make_tensordesc_arg``), kept by all it reads: the base pointer and the bound ``slot``'s
-    geometry and descriptor metadata (``(descriptor, metadata, both as a key)``). Encoding a tensor map costs microseconds of host time; a decode step reads the same
-    weights every step, and its activations come back at the same addresses."""
-    key = (base.data_ptr(), slot[2])
+    """Triton's expansion of a bound host TMA descriptor over ``base`` for its C launch (the
+    release's ``make_tensordesc_arg``, through :class:`~.triton_compat.TensordescExpansion`),
+    kept by all it reads: the base pointer and the bound ``slot``'s geometry and descriptor
+    metadata (``slot``: the descriptor, the expansion, the descriptor's number among the
+    kernel's, and the geometry as a key). Encoding a tensor map costs microseconds of host time;
+    a decode step reads the same weights every step, and its activations come back at the same
+    addresses."""
+    key = (base.data_ptr(), slot[3])
     expanded = _TMA_ARGS.get(key)
     if expanded is None:
         if len(_TMA_ARGS) >= MAX_TMA_ARGS:
             _TMA_ARGS.clear()
-        expanded = _TMA_ARGS[key] = tuple(make_tensordesc_arg(_with_base(slot[0], base), slot[1]))
+        expanded = _TMA_ARGS[key] = slot[1].expand(slot[2], _with_base(slot[0], base))
     return expanded
+
+
+def _frozen(value):
+    # a hashable copy: lists and tuples as tuples, the rest as they are
+    return tuple(map(_frozen, value)) if isinstance(value, (list, tuple)) else value
 
 
 def _per_call(arg) -> bool:
