@@ -1,6 +1,6 @@
 """Compile Gluon kernels for sm_90 on a machine without a GPU and read back what the cubin holds.
 
-Triton 3.6 compiles for a target no GPU is present for; its package carries ``ptxas`` and
+Triton (3.6 to 3.9) compiles for a target no GPU is present for; its package carries ``ptxas`` and
 ``cuobjdump``. The compile tests (``tests/gemm/test_gluon_compile.py``,
 ``tests/mla/test_gluon_decode_compile.py``) compile in a subprocess without ``TRITON_INTERPRET``
 (the CPU test folders switch the interpreter on, and Gluon's compiler cannot take interpreted
@@ -77,7 +77,10 @@ def cubin_report(compiled, workdir: str, instructions: tuple, ptxas_warnings: bo
         "budgets": sorted({int(value) for value in budgets}),
     }
     if ptxas_warnings:
-        ptxas = run(os.path.join(tools, "ptxas"), "-arch=sm_90a", "-v", ptx, "-o", cubin + ".again").stderr
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        # the ptxas Triton itself compiles sm_90 with (3.9 takes its newer, "blackwell" one)
+        ptxas = run(get_ptxas(90).path, "-arch=sm_90a", "-v", ptx, "-o", cubin + ".again").stderr
         report["serialized"] = re.findall(r"\(C751\d\)[^\n]*", ptxas)
     return report
 

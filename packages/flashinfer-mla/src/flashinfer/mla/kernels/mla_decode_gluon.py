@@ -69,6 +69,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from ..._core import constants
+from ..._core.triton_compat import cp_async_load, cta_barrier
 from ..._core.triton_launch import FastLaunch
 from ...utils import ceil_div
 from .mla_decode_shared import (
@@ -192,12 +193,10 @@ def _gather_rows(
         )  # fmt: skip
         # a stage is free once both attention warpgroups released its previous use
         mbarrier.wait(empty.index(stage), ((block // STAGES) & 1) ^ 1)
-        async_copy.async_copy_global_to_shared(
-            lat_ring.index(stage), kv_ptr + offs[:, None] + lat_cols[None, :], mask=valid[:, None]
-        )
+        cp_async_load(lat_ring.index(stage), kv_ptr + offs[:, None] + lat_cols[None, :], mask=valid[:, None])
         rope_offs = gl.convert_layout(offs, gl.SliceLayout(1, rope_layout))
         rope_valid = gl.convert_layout(valid, gl.SliceLayout(1, rope_layout))
-        async_copy.async_copy_global_to_shared(
+        cp_async_load(
             rope_ring.index(stage),
             kv_ptr + rope_offs[:, None] + rope_cols[None, :],
             mask=rope_valid[:, None],
@@ -244,21 +243,19 @@ def _gather_packed(
                 stride_kv_tok, 0, SLOT_PAGE,
             )  # fmt: skip
             row_ptr = kv_ptr + offs
-            async_copy.async_copy_global_to_shared(
-                raw_codes.index(raw), row_ptr[:, None] + code_cols[None, :], mask=valid[:, None]
-            )
+            cp_async_load(raw_codes.index(raw), row_ptr[:, None] + code_cols[None, :], mask=valid[:, None])
             scale_ptr = (gl.convert_layout(row_ptr, gl.SliceLayout(1, scale_layout)) + D_V).to(
                 gl.pointer_type(gl.float32)
             )
             scale_valid = gl.convert_layout(valid, gl.SliceLayout(1, scale_layout))
-            async_copy.async_copy_global_to_shared(
+            cp_async_load(
                 raw_scales.index(raw), scale_ptr[:, None] + scale_cols[None, :], mask=scale_valid[:, None]
             )
             rope_ptr = (gl.convert_layout(row_ptr, gl.SliceLayout(1, rope_layout)) + D_V + 16).to(
                 gl.pointer_type(gl.bfloat16)
             )
             rope_valid = gl.convert_layout(valid, gl.SliceLayout(1, rope_layout))
-            async_copy.async_copy_global_to_shared(
+            cp_async_load(
                 raw_rope.index(raw), rope_ptr[:, None] + rope_cols[None, :], mask=rope_valid[:, None]
             )
             raw_bias.index(raw).store(gl.where(valid, 0.0, float("-inf")))
@@ -270,7 +267,7 @@ def _gather_packed(
         if block >= RAW_LAG:
             ready_block = block - RAW_LAG
             async_copy.wait_group(RAW_LAG)
-            gl.thread_barrier()  # every thread's copies of that block
+            cta_barrier()  # every thread's copies of that block
             stage = ready_block % STAGES
             mbarrier.wait(empty.index(stage), ((ready_block // STAGES) & 1) ^ 1)
             _dequantize(

@@ -64,11 +64,11 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
-    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
 
+from ...._core.triton_compat import tma_load
 from ...._core.triton_launch import FastLaunch
 from ....utils import ceil_div
 from .. import group_strides, multiprocessors
@@ -242,13 +242,13 @@ def _producer(
                 mbarrier.expect(full.index(stage), STEP_BYTES)
                 k0 = step * a_desc.block_type.shape[1]
                 for box in gl.static_range(A_LOADS):
-                    tma.async_copy_global_to_shared(
+                    tma_load(
                         a_desc,
                         [a_row + box * A_BOX, k0],
                         full.index(stage),
                         a_ring.index(stage * A_LOADS + box),
                     )
-                tma.async_copy_global_to_shared(b_desc, [b_row, k0], full.index(stage), b_ring.index(stage))
+                tma_load(b_desc, [b_row, k0], full.index(stage), b_ring.index(stage))
                 it += 1
             group = _next_group(ids, group, num_groups, LAYOUT)
 

@@ -48,12 +48,12 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
-    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
 
 from ...._core import scratch
+from ...._core.triton_compat import cp_async_load, tma_load
 from ...._core.triton_launch import FastLaunch
 from ....utils import ceil_div
 from ..gluon_tma import BLOCK_K, SUB_M, ring_barriers, tma_rows_descriptor
@@ -123,13 +123,13 @@ def _producer(
         # the scales first, their completion tracked by the stage's mbarrier: the arrive below
         # raises its pending count before expect-tx lowers it, so that the phase cannot complete
         # on the TMA bytes alone
-        async_copy.async_copy_global_to_shared(sa_ring.index(stage), sa_ptrs + i * stride_sak, mask=t_ok)
-        async_copy.async_copy_global_to_shared(sb_ring.index(stage), sb_ptrs + i * stride_sbk, mask=w_ok)
+        cp_async_load(sa_ring.index(stage), sa_ptrs + i * stride_sak, mask=t_ok)
+        cp_async_load(sb_ring.index(stage), sb_ptrs + i * stride_sbk, mask=w_ok)
         async_copy.mbarrier_arrive(full.index(stage))
         mbarrier.expect(full.index(stage), STEP_BYTES)
         k0 = (first + i) * BK
-        tma.async_copy_global_to_shared(b_desc, [off_w, k0], full.index(stage), b_ring.index(stage))
-        tma.async_copy_global_to_shared(a_desc, [off_t, k0], full.index(stage), a_ring.index(stage))
+        tma_load(b_desc, [off_w, k0], full.index(stage), b_ring.index(stage))
+        tma_load(a_desc, [off_t, k0], full.index(stage), a_ring.index(stage))
 
 
 @gluon.jit

@@ -51,6 +51,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from ...._core.triton_compat import tma_load, tma_store
 from ...._core.triton_launch import FastLaunch
 from ....utils import ceil_div
 from .. import multiprocessors
@@ -108,12 +109,8 @@ def _producer(
             stage = it % STAGES
             mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
             mbarrier.expect(full.index(stage), STEP_BYTES)
-            tma.async_copy_global_to_shared(
-                a_desc, [batch * M + off_m, step * BK], full.index(stage), a_ring.index(stage)
-            )
-            tma.async_copy_global_to_shared(
-                b_desc, [batch * N + off_n, step * BK], full.index(stage), b_ring.index(stage)
-            )
+            tma_load(a_desc, [batch * M + off_m, step * BK], full.index(stage), a_ring.index(stage))
+            tma_load(b_desc, [batch * N + off_n, step * BK], full.index(stage), b_ring.index(stage))
             it += 1
 
 
@@ -156,7 +153,7 @@ def _math(
         tma.store_wait(pendings=0)
         staging.store(values)
         fence_async_shared()
-        tma.async_copy_shared_to_global(out_desc, [batch, row0, col0], staging.reshape([1, SUB_M, SUB_N]))
+        tma_store(out_desc, [batch, row0, col0], staging.reshape([1, SUB_M, SUB_N]))
     tma.store_wait(pendings=0)
 
 
