@@ -4,7 +4,7 @@
 conftests of ``tests/core`` and ``tests/{gemm,mla}/triton`` set it): a kernel is decorated,
 interpreted or compiled, when its module is first imported.
 
-Three bugs of the interpreter are patched; none touches a GPU run:
+Four bugs of the interpreter are patched; none touches a GPU run:
 
 - it stores bfloat16 as raw uint16 bits and ``tl.dot`` multiplies those bits as integers:
   :func:`patch_bf16_dot` upcasts bfloat16 operands to float32 first, as the tensor cores do;
@@ -14,7 +14,10 @@ Three bugs of the interpreter are patched; none touches a GPU run:
   PyTorch's round-to-nearest-even instead, as the GPU's ``cvt.rn`` does;
 - its scalars are one-element arrays, which ``range(start, end)`` in a kernel turns into ints
   with ``int(array)``: NumPy 2.4 refuses that for arrays of one dimension (Triton 3.6's
-  interpreter with NumPy 2.4), so :func:`patch_scalar_index` converts with ``.item()``.
+  interpreter with NumPy 2.4), so :func:`patch_scalar_index` converts with ``.item()``;
+- Triton 3.9's interpreter types ``mask & scalar_condition`` as int32 (compiled code keeps i1) and
+  its load and store then refuse the mask ("mask has unsupported dtype"):
+  :func:`patch_mask_dtype` hands them the mask as booleans.
 
 :func:`route_cpu_to_cuda` makes CPU tensors take ``flashinfer.*._cuda`` with its portable
 Triton kernels (interpreted), as on an FP8-capable GPU without Hopper's Gluon kernels and
@@ -35,10 +38,11 @@ FP8_BLOCKWISE_TILE = {"BLOCK_M": 16, "BLOCK_N": 128, "GROUP_M": 2, "num_warps": 
 
 
 def patch_interpreter() -> None:
-    """All three patches (each applied once per process)."""
+    """All four patches (each applied once per process)."""
     patch_bf16_dot()
     patch_float_conversion()
     patch_scalar_index()
+    patch_mask_dtype()
 
 
 def patch_bf16_dot():
@@ -107,6 +111,31 @@ def patch_scalar_index():
 
     patch_tensor_by_item.indexes_by_item = True
     interpreter._patch_lang_tensor = patch_tensor_by_item
+
+
+def patch_mask_dtype():
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder.create_masked_load, "takes_any_mask", False):
+        return
+    load, store = builder.create_masked_load, builder.create_masked_store
+
+    def boolean(mask):
+        if mask.data.dtype == np.bool_:
+            return mask
+        return interpreter.TensorHandle(mask.data != 0, tl.int1)
+
+    def masked_load(self, ptrs, mask, *args):
+        return load(self, ptrs, boolean(mask), *args)
+
+    def masked_store(self, ptrs, value, mask, *args):
+        return store(self, ptrs, value, boolean(mask), *args)
+
+    masked_load.takes_any_mask = True
+    builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
 
 
 class FixedTile:
