@@ -30,6 +30,7 @@ nox.options.sessions = [
     "tests-gemm",
     "tests-mla",
     "tests-integration",
+    "triton",
     "packaging",
     "lint",
     "example",
@@ -44,6 +45,19 @@ TEST_REQUIREMENTS = ROOT / "requirements-test.txt"
 # the version installed where the invoking Python has none: the H200's.
 TRITON = "triton>=3.6"
 TRITON_INSTALLED = "triton==3.6.0"
+# The releases PyTorch ships (torch 2.11: 3.6.0, 2.12: 3.7.0, 2.13: 3.7.1, 2.14: 3.8.x) and PyPI's
+# newest: the `triton` session runs the release-sensitive tests under each.
+TRITON_RELEASES = ["3.6.0", "3.7.1", "3.8.0", "3.9.0"]
+# What differs between releases: the launch protocol (against each release's own launcher), the
+# portable kernels under each interpreter, every Gluon variant compiled for sm_90
+TRITON_RELEASE_TESTS = [
+    "tests/core/test_triton_launch.py",
+    "tests/core/test_triton_compat.py",
+    "tests/gemm/triton",
+    "tests/mla/triton",
+    "tests/gemm/test_gluon_compile.py",
+    "tests/mla/test_gluon_decode_compile.py",
+]
 PTH_NAME = "zz_invoking_python.pth"  # sorts after the editable installs' .pth files
 
 
@@ -99,9 +113,10 @@ def test_requirements() -> list[str]:
     return [line for line in lines if line]
 
 
-def see_invoking_python(session, triton: bool = False) -> None:
+def see_invoking_python(session, triton: bool = False, release: str | None = None) -> None:
     """Make the session see the test tools, the invoking Python's packages and, where asked,
-    Triton."""
+    Triton: ``release`` (installed once under ``.nox``, ahead of any Triton the invoking Python
+    has), else the invoking Python's own where it satisfies ``TRITON``, else ``TRITON_INSTALLED``."""
     torch_spec = importlib.util.find_spec("torch")
     if torch_spec is None:
         session.error(
@@ -112,7 +127,9 @@ def see_invoking_python(session, triton: bool = False) -> None:
         "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True
     ).strip()
     folders = shared_install(session, "tools", missing(test_requirements()))
-    if triton and missing([TRITON]):
+    if release is not None:
+        folders = shared_install(session, "triton", [f"triton=={release}"]) + folders
+    elif triton and missing([TRITON]):
         folders += shared_install(session, "triton", [TRITON_INSTALLED])
     lines = folders + invoking_python_paths()
     Path(site_dir, PTH_NAME).write_text("".join(line + "\n" for line in lines))
@@ -158,6 +175,23 @@ def tests_mla(session):
 def tests_integration(session):
     """Cross-package checks: the caller patterns end to end, hardening, fuzzing."""
     run_tests(session, "integration")
+
+
+@nox.session(name="triton")
+@nox.parametrize("release", TRITON_RELEASES)
+def triton_releases(session, release):
+    """The release-sensitive tests under each Triton release users get (``TRITON_RELEASES``), each
+    in its own environment: FastLaunch's protocol against that release's launcher, the portable
+    kernels under its interpreter, every Gluon kernel variant compiled for sm_90 (no GPU needed)."""
+    see_invoking_python(session, release=release)
+    install_all_editable(session)
+    seen = session.run("python", "-c", "import triton; print(triton.__version__)", silent=True).split()[-1]
+    if seen != release:
+        session.error(f"the session sees Triton {seen}, not {release}")
+    # each folder in its own pytest process: tests/core and tests/{gemm,mla}/triton set
+    # TRITON_INTERPRET before Triton's first import, the compile tests compile in a subprocess
+    for folder in TRITON_RELEASE_TESTS:
+        session.run("python", "-m", "pytest", folder, "-q", "-p", "no:cacheprovider", *session.posargs)
 
 
 def run_gpu_tests(session, marker):

@@ -60,6 +60,7 @@ FILES = {
     "packed_decode": "packed_mla_flashmla_h100.json",
     "eager_calls": "eager_calls_h100.json",  # eager_calls.py --impl ours (FlashMLA beside it)
     "eager_split": "eager_split_h100.json",  # eager_split.py --impl ours, then --impl upstream, joined
+    "triton_releases": "triton_releases_h100.json",  # triton_release_gpu.sh, one call per release
 }
 # FlashMLA's sparse FP8 decode as quoted where the decode targets were set (a separate run, not
 # in results/; RESULTS.md's footnote says so): (dtype, batch, heads, q_len) -> us in a graph
@@ -754,6 +755,48 @@ def eager_split() -> str:
     return _eager_block("eager_split", _tables.eager_split_table, "An impl that did not run reads '-'.")
 
 
+def triton_releases() -> str:
+    """Per Triton release: the gpu session and the headline rows next to Triton 3.6, same call."""
+    run = load("triton_releases")
+    head = ["row"] + [f"Triton {r['release']}: us (3.6 same call), ratio" for r in run["runs"]]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    kernels = {}
+    for i, row in enumerate(run["runs"][0]["base"]["rows"]):
+        cells = [row["row"]]
+        for r in run["runs"]:
+            base, other = r["base"]["rows"][i], r["under_release"]["rows"][i]
+            if "us" not in base or "us" not in other:
+                cells.append("not run")
+                continue
+            cells.append(f"{other['us']:.1f} ({base['us']:.1f}), {base['us'] / other['us']:.2f}x")
+            kernels.setdefault(row["row"], set()).update({tuple(other["kernels"]), tuple(base["kernels"])})
+        lines.append("| " + " | ".join(cells) + " |")
+    differ = [name for name, taken in kernels.items() if len(taken) > 1]
+    taken = "; ".join(f"{name}: {' / '.join(', '.join(k) for k in sorted(t))}" for name, t in kernels.items())
+    same = "the same under every release" if not differ else f"differing for {', '.join(differ)}"
+    suites = ", ".join(
+        f"{r['release']} {r['gpu_session']['tests'] - r['gpu_session']['failures'] - r['gpu_session']['errors']}"
+        f" of {r['gpu_session']['tests']} passed"
+        for r in run["runs"]
+    )
+    devices = sorted({r["under_release"]["device"] for r in run["runs"]})
+    return (
+        f"```\n{run['command']}\n```\n\n"
+        + prose(
+            f"{', '.join(devices)}, {run['runs'][0]['base']['date'][:10]}, torch "
+            f"{run['runs'][0]['base']['torch']}; packages at {run['commit']}. The `gpu` session's tests "
+            f'(`tests/gpu -m "not slow"`) under each release: {suites}. Each cell: time per call '
+            "under the release, in parentheses under Triton 3.6 in the same call, and 3.6's time over "
+            "the release's (above 1: the release is faster). CUDA-graph replays, medians. "
+            f"The kernels `auto` launched, {same}: {taken}."
+        )
+        + "\n\n"
+        + "\n".join(lines)
+        + "\n\n"
+        + data_line("triton_releases")
+    )
+
+
 def plot_caption(path: str, alt: str, kinds: tuple, drawn: str, current: str) -> str:
     """A plot, what it is drawn from, and where the kernels it shows stand now.
 
@@ -843,6 +886,7 @@ BLOCKS = {
     "gemm_plot": gemm_plot,
     "mla_plot": mla_plot,
     "gpu_suite": gpu_suite,
+    "triton_releases": triton_releases,
 }
 BLOCK = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results -->)", re.DOTALL)
 

@@ -81,7 +81,9 @@ def test_unknown_tier_is_rejected(monkeypatch, device):
 
 
 @pytest.mark.parametrize(
-    ("version", "expected"), [("3.6.0", True), ("3.6.1", True), ("3.5.1", False), ("3.9.0", False)]
+    ("version", "expected"),
+    [("3.6.0", True), ("3.6.1", True), ("3.5.1", False), ("3.10.0", False), ("4.0.0", False)]
+    + [(f"{major}.{minor}.0", True) for major, minor in kernel_tier.GLUON_TRITON_VERSIONS],
 )
 def test_gluon_needs_a_triton_it_was_run_with(monkeypatch, version, expected):
     import triton

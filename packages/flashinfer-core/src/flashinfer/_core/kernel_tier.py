@@ -4,8 +4,9 @@ Two tiers of Triton kernels serve the NVIDIA path:
 
 - ``gluon``: kernels written in Gluon (``triton.experimental.gluon``) for Hopper (compute
   capability 9.0 exactly): warp-specialized partitions, wgmma, ``cp.async``/TMA rings and
-  mbarriers. They use Gluon APIs that change between Triton releases, so they run only on the
-  Triton versions listed in ``GLUON_TRITON_VERSIONS``, the ones they were compiled and run with;
+  mbarriers. Gluon's API changes between Triton releases (the names that differ come from
+  :mod:`.triton_compat`), so they run only on the releases listed in ``GLUON_TRITON_VERSIONS``:
+  those whose GPU tests (``tests/gpu``, on an H100) passed with them;
 - ``tl``: the portable ``triton.language`` kernels, everywhere else (Ampere, Ada, Blackwell, any
   other Triton).
 
@@ -29,7 +30,7 @@ from .errors import BackendSupportedError
 __all__ = ["GLUON_TRITON_VERSIONS", "KERNEL_TIER_ENV", "gluon_supported", "requested_tier", "use_gluon"]
 
 KERNEL_TIER_ENV = "FLASHINFER_KERNEL_TIER"
-GLUON_TRITON_VERSIONS = ((3, 6),)
+GLUON_TRITON_VERSIONS = ((3, 6), (3, 7), (3, 8), (3, 9))
 GLUON_CAPABILITY = (9, 0)
 
 

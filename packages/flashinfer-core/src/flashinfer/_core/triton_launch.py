@@ -72,7 +72,8 @@ _warned_unrecognised = False
 
 def fast_launch_allowed() -> bool:
     """Whether launches may skip Triton's dispatch: a Triton with ``triton.knobs`` (3.4+) and
-    ``FLASHINFER_FAST_LAUNCH`` not ``0`` (read when a :class:`FastLaunch` is made)."""
+    ``FLASHINFER_FAST_LAUNCH`` not ``0`` (read when a :class:`FastLaunch` is made: the kernel
+    modules make theirs at import)."""
     return knobs is not None and os.environ.get(FAST_LAUNCH_ENV, "1") != "0"
 
 
