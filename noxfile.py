@@ -191,7 +191,10 @@ def triton_releases(session, release):
     # each folder in its own pytest process: tests/core and tests/{gemm,mla}/triton set
     # TRITON_INTERPRET before Triton's first import, the compile tests compile in a subprocess
     for folder in TRITON_RELEASE_TESTS:
-        session.run("python", "-m", "pytest", folder, "-q", "-p", "no:cacheprovider", *session.posargs)
+        workers = ["-n", "2"] if folder.endswith("/triton") else []  # the interpreted kernels: CPU-bound
+        session.run(
+            "python", "-m", "pytest", folder, "-q", "-p", "no:cacheprovider", *workers, *session.posargs
+        )
 
 
 def run_gpu_tests(session, marker):

@@ -60,11 +60,21 @@ def _stub_launches() -> None:
     active = types.SimpleNamespace(get_current_device=lambda: -1, get_current_stream=lambda index: 0)
     triton_launch.driver = types.SimpleNamespace(active=active)
 
+    class Launcher:  # Triton 3.6's CudaLauncher without a kernel: its C launch does nothing
+        global_scratch_size = profile_scratch_size = 0
+        launch_cooperative_grid = launch_pdl = False
+
+        def __init__(self):
+            self.launch = lambda *args: None
+
+        def __call__(self, gx, gy, gz, stream, function, *args):
+            self.launch(gx, gy, gz, stream, function, False, False, None, None, *args)
+
     class Compiled(CompiledKernel):
         run = None
 
         def __init__(self):
-            self.run, self.function, self.packed_metadata, self.module = (lambda *args: None), 0, (), None
+            self.run, self.function, self.packed_metadata, self.module = Launcher(), 0, (), None
 
     class Kernel:  # the JIT function's face that FastLaunch reads: its parameters, its launch
         def __init__(self, fn):
