@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One GPU run for one Triton release, beside the machine's own Triton (3.6 on the lent H100/H200):
-# the `gpu` session's tests (`tests/gpu -m "not slow"`) under the release, then
+# the `gpu` session's tests (`tests/gpu -m "not slow"`) under the release (or, with SESSION=base,
+# under the machine's Triton), the quick start's example under both, then
 # benchmarks/triton_releases.py under the machine's Triton and under the release, in that order.
 #
 #   here:  bash ../shared/tools/slim_triton.sh VERSION .triton-slim     (a ~45 MB copy, git-ignored)
-#   there: bash benchmarks/triton_release_gpu.sh VERSION OUT_DIR        (.triton-slim carried)
+#   there: [SESSION=base] bash benchmarks/triton_release_gpu.sh VERSION OUT_DIR   (.triton-slim carried)
 #
-# Writes OUT_DIR/gpu_VERSION.xml (pytest's JUnit report), OUT_DIR/gpu_VERSION.log and
+# Writes OUT_DIR/gpu_TRITON.xml (pytest's JUnit report), OUT_DIR/gpu_TRITON.log and
 # OUT_DIR/triton_{machine's,VERSION}.json; the packages come from this source tree.
 set -uo pipefail
 VER=${1:?triton version, e.g. 3.9.0}
@@ -22,12 +23,17 @@ base=$(python3 -c "import triton; print(triton.__version__)")
 echo "== machine: Triton $base; under test: $(release python3 -c 'import triton; print(triton.__version__)')"
 nvidia-smi --query-gpu=name --format=csv,noheader
 
-echo "== tests/gpu -m 'not slow' under Triton $VER"
+if [ "${SESSION:-release}" = base ]; then session=(env) tested=$base; else session=(release) tested=$VER; fi
+echo "== tests/gpu -m 'not slow' under Triton $tested"
 start=$(date +%s)
-release python3 -m pytest tests/gpu -q -p no:cacheprovider -m "not slow" -n 16 -W ignore \
-    --junitxml="$OUT/gpu_$VER.xml" > "$OUT/gpu_$VER.log" 2>&1
+"${session[@]}" python3 -m pytest tests/gpu -q -p no:cacheprovider -m "not slow" -n 16 -W ignore \
+    --junitxml="$OUT/gpu_$tested.xml" > "$OUT/gpu_$tested.log" 2>&1
 echo "rc $? in $(( $(date +%s) - start )) s"
-tail -n 25 "$OUT/gpu_$VER.log"
+tail -n 25 "$OUT/gpu_$tested.log"
+
+echo "== examples/fp8_mla_decode.py"
+python3 examples/fp8_mla_decode.py 2>&1 | tail -n 3
+release python3 examples/fp8_mla_decode.py 2>&1 | tail -n 3
 
 echo "== headline rows"
 python3 benchmarks/triton_releases.py --json "$OUT/triton_$base.json"

@@ -128,11 +128,11 @@ def patch_mask_dtype():
             return mask
         return interpreter.TensorHandle(mask.data != 0, tl.int1)
 
-    def masked_load(self, ptrs, mask, *args):
-        return load(self, ptrs, boolean(mask), *args)
+    def masked_load(self, ptrs, mask, *args, **kwargs):
+        return load(self, ptrs, boolean(mask), *args, **kwargs)
 
-    def masked_store(self, ptrs, value, mask, *args):
-        return store(self, ptrs, value, boolean(mask), *args)
+    def masked_store(self, ptrs, value, mask, *args, **kwargs):
+        return store(self, ptrs, value, boolean(mask), *args, **kwargs)
 
     masked_load.takes_any_mask = True
     builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
