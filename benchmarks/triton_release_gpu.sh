@@ -5,7 +5,8 @@
 # benchmarks/triton_releases.py under the machine's Triton and under the release, in that order.
 #
 #   here:  bash ../shared/tools/slim_triton.sh VERSION .triton-slim     (a ~45 MB copy, git-ignored)
-#   there: [SESSION=base] bash benchmarks/triton_release_gpu.sh VERSION OUT_DIR   (.triton-slim carried)
+#   there: [SESSION=base] [ROWS=0] bash benchmarks/triton_release_gpu.sh VERSION OUT_DIR  (.triton-slim carried;
+#          ROWS=0 leaves out the headline rows)
 #
 # Writes OUT_DIR/gpu_TRITON.xml (pytest's JUnit report), OUT_DIR/gpu_TRITON.log and
 # OUT_DIR/triton_{machine's,VERSION}.json; the packages come from this source tree.
@@ -35,6 +36,7 @@ echo "== examples/fp8_mla_decode.py"
 python3 examples/fp8_mla_decode.py 2>&1 | tail -n 3
 release python3 examples/fp8_mla_decode.py 2>&1 | tail -n 3
 
+[ "${ROWS:-1}" = 0 ] && exit 0
 echo "== headline rows"
 python3 benchmarks/triton_releases.py --json "$OUT/triton_$base.json"
 release python3 benchmarks/triton_releases.py --json "$OUT/triton_$VER.json"
