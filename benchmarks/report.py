@@ -779,6 +779,16 @@ def triton_releases() -> str:
         f" of {r['gpu_session']['tests']} passed"
         for r in run["runs"]
     )
+    base = run["base_gpu_session"]
+    suites += (
+        f"; under the machine's Triton {base['release']}, at {base['commit']} in a later call: "
+        f"{base['gpu_session']['tests'] - base['gpu_session']['failures'] - base['gpu_session']['errors']} "
+        f"of {base['gpu_session']['tests']} passed. `examples/fp8_mla_decode.py` in that call: "
+        + ", ".join(
+            f"under {release} OK (max relative error {sci(e['max_relative_error'])})"
+            for release, e in base["example"].items()
+        )
+    )
     devices = sorted({r["under_release"]["device"] for r in run["runs"]})
     return (
         f"```\n{run['command']}\n```\n\n"
