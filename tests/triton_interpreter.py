@@ -124,7 +124,8 @@ def patch_mask_dtype():
     load, store = builder.create_masked_load, builder.create_masked_store
 
     def boolean(mask):
-        if mask.data.dtype == np.bool_:
+        # masks arrive as NumPy arrays, or (3.6-3.8, on some paths) as buffers of booleans
+        if not isinstance(mask.data, np.ndarray) or mask.data.dtype == np.bool_:
             return mask
         return interpreter.TensorHandle(mask.data != 0, tl.int1)
 
