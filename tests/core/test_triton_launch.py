@@ -312,6 +312,11 @@ def stub_driver(monkeypatch, **utils):
     )
 
 
+def as_triton_calls(launcher, grid, *args):
+    """Call ``launcher`` as ``JITFunction.run`` calls a compiled kernel's (no launch metadata or hooks)."""
+    launcher(*grid, STREAM, "function-handle", "packed", None, None, None, *args)
+
+
 def installed_launcher(c_launch):
     """The installed release's own ``CudaLauncher`` without its compiled module (no GPU here):
     the attributes its ``__init__`` sets for a kernel without scratch memory, ``c_launch`` as its
@@ -343,23 +348,7 @@ def test_the_installed_tritons_launcher_is_recognised_and_called_as_it_calls_its
     fast.launch((2, 3), x, out, 8, 1.0, BLOCK=8)
     bound = fast.bind((2, 3), x, out, 8, 1.0, BLOCK=8)
     bound(x, out)
-    launcher(
-        2,
-        3,
-        1,
-        STREAM,
-        "function-handle",
-        "packed",
-        None,
-        None,
-        None,
-        x.data_ptr(),
-        out.data_ptr(),
-        8,
-        1.0,
-        8,
-        True,
-    )
+    as_triton_calls(launcher, (2, 3, 1), x.data_ptr(), out.data_ptr(), 8, 1.0, 8, True)
     assert len(c_calls) == 4 and c_calls[0] == c_calls[1] == c_calls[2] == c_calls[3]
     packed = isinstance(c_calls[0][-1], tuple)
     assert packed == (tuple(map(int, triton.__version__.split(".")[:2])) >= (3, 7))
@@ -546,23 +535,7 @@ def test_a_bound_launch_passes_tritons_own_descriptor_expansion_encoded_once(ker
     for _ in range(3):
         bound(second, out)
     over_second = TensorDescriptor(second, list(first.shape), list(first.strides), [16, 64])
-    reference(
-        1,
-        1,
-        1,
-        STREAM,
-        "function-handle",
-        "packed",
-        None,
-        None,
-        None,
-        over_second,
-        out.data_ptr(),
-        8,
-        1.0,
-        8,
-        True,
-    )
+    as_triton_calls(reference, (1, 1, 1), over_second, out.data_ptr(), 8, 1.0, 8, True)
     # 3.7+ pass the parameters as one sequence (a tuple here, a list from Triton's wrapper)
     as_tuples = lambda calls: [(*c[:-1], tuple(c[-1])) if isinstance(c[-1], list) else c for c in calls]  # noqa: E731
     assert as_tuples(c_launches) == as_tuples(triton_launches) * 3
