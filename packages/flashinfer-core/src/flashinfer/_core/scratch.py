@@ -4,7 +4,7 @@ Some calls write temporaries that only their own launches read: ``fp8_blockscale
 quantized BF16 input and its scales, the decode-size GEMM's partial sums of a split K and its
 arrival counters. Launches in one stream run one after another, so the next call in that stream
 may reuse the memory; a CUDA allocation costs the host a few microseconds, more than a bound
-launch's own argument work (issue 32). Calls in concurrent streams (two-batch overlap) each take
+launch's own argument work (RESULTS.md, "Eager calls"). Calls in concurrent streams (two-batch overlap) each take
 their stream's own.
 
 Rules
