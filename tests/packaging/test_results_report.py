@@ -121,8 +121,8 @@ def expected_now(op: str, found: dict[str, str]) -> list[str]:
             return numbers(row["floor/time"]) + [batch] + numbers(row["tl floor/time"])
         return numbers(row["Gluon in a graph (us)"]) + numbers(row["tl in a graph (us)"])
     if op == "sparse MLA decode, FP8, B=1, H=128, eager public API with metadata":
-        row = one(table["decode_eager"][0], layer="+ validation and dispatch: the public API")
-        return numbers(row["decode B=1 H=128 FP8, `auto` (Gluon) (us)"])
+        row = one(table["eager_calls"][0], call="sparse decode B1 H128 top-k 2048")
+        return numbers(row["ours (us)"])
     rope = table["rope"][0]
     if op == "`mla_rope_quantize_fp8`":
         large = [one(rope, tokens=t) for t in ("4096", "16384")]
@@ -132,8 +132,8 @@ def expected_now(op: str, found: dict[str, str]) -> list[str]:
         row = one(rope, tokens="1")
         return numbers(row["ours in a graph (us)"]) + numbers(row["upstream in a graph (us)"])
     if op == "`mla_rope_quantize_fp8`, 1 token, eager public API":
-        row = one(rope, tokens="1")
-        return numbers(row["ours eager API (us)"]) + numbers(row["upstream eager API (us)"])
+        row = one(table["eager_calls"][0], call="mla_rope_quantize_fp8, 1 token")
+        return numbers(row["ours (us)"]) + numbers(row["anchor (us)"])
     raise AssertionError(f"Summary row {op!r} is new to this test: add which table its numbers come from")
 
 
