@@ -38,10 +38,6 @@ import inspect
 import types
 from collections.abc import Callable
 
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import tma
-
 __all__ = [
     "DirectLaunch",
     "TensordescExpansion",
@@ -53,10 +49,17 @@ __all__ = [
     "unwrap_tensordesc",
 ]
 
-cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
-tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
-cp_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+try:
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
+    from triton.experimental.gluon.language.nvidia.hopper import tma
+except ImportError:  # a Triton without Gluon's NVIDIA modules: the Gluon tier is off (kernel_tier)
+    cta_barrier = tma_load = tma_store = cp_async_load = None
+else:
+    cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+    tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+    tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+    cp_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 
 
 @dataclasses.dataclass(frozen=True)
