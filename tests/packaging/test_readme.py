@@ -24,6 +24,8 @@ import pytest
 import torch
 from conftest import ROOT, check
 
+NOXFILE = ROOT / "noxfile.py"
+
 NESTED = "FLASHINFER_IN_README_TEST"  # set for the nested run; tests/packaging/conftest.py reads it
 PINNED_TORCH = "2.13.0"
 
@@ -91,12 +93,21 @@ def test_quick_start_in_a_fresh_venv_from_a_clean_clone(tmp_path, host_site):
         python = pth.parents[3] / "bin" / "python"
         code = "import importlib.util as u; print(u.find_spec('torch').origin)"
         saw_torch[pth.parents[3].name] = check([python, "-c", code]).strip()
+    # the `triton` session runs once per release of noxfile.py's TRITON_RELEASES
+    releases = re.findall(r'"([\d.]+)"', re.search(r"TRITON_RELEASES = \[(.*?)\]", NOXFILE.read_text())[1])
     expected = {"tests-core", "tests-gemm", "tests-mla", "tests-integration", "packaging", "example"}
+    expected |= {f"triton-release-{release.replace('.', '-')}" for release in releases}
     assert set(saw_torch) == expected, saw_torch
     for session, origin in saw_torch.items():
         assert origin.startswith(str(host_site)), f"{session} saw torch at {origin}, not the fresh venv's"
 
-    tritons = list(nox_dir.glob("**/triton/__init__.py"))
-    assert len(tritons) <= 1, f"Triton installed more than once: {tritons}"
+    # each release installed once, shared by the sessions that need it (3.6.0: the kernel sessions too)
+    installed = sorted(
+        path.name[len("triton-") : -len(".dist-info")] for path in nox_dir.glob("*/triton-*.dist-info")
+    )
+    assert installed == sorted(releases), f"Triton installs under .nox: {installed}"
+    assert list(nox_dir.glob("*/lib/python*/site-packages/triton")) == [], (
+        "a session installed its own Triton"
+    )
     size = _folder_size(nox_dir)
     assert size < 1.5 * 2**30, f".nox holds {size / 2**20:.0f} MiB"
