@@ -109,5 +109,8 @@ def test_quick_start_in_a_fresh_venv_from_a_clean_clone(tmp_path, host_site):
     assert list(nox_dir.glob("*/lib/python*/site-packages/triton")) == [], (
         "a session installed its own Triton"
     )
-    size = _folder_size(nox_dir)
-    assert size < 1.5 * 2**30, f".nox holds {size / 2**20:.0f} MiB"
+    # no session holds a copy of torch: beside the Triton releases (0.6-1.0 GB each) .nox stays small
+    tritons = sum(_folder_size(folder) for folder in nox_dir.glob("_triton-*"))
+    assert tritons < len(releases) * 1.2 * 2**30, f"the Triton releases take {tritons / 2**20:.0f} MiB"
+    rest = _folder_size(nox_dir) - tritons
+    assert rest < 2**30, f".nox holds {rest / 2**20:.0f} MiB beside the Triton releases"
