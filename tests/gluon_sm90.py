@@ -26,42 +26,10 @@ from flashinfer._core.kernel_tier import GLUON_TRITON_VERSIONS
 TRITON = importlib.metadata.version("triton")
 requires_gluon_triton = pytest.mark.skipif(
     tuple(int(part) for part in TRITON.split(".")[:2]) not in GLUON_TRITON_VERSIONS,
-    reason=f"the Gluon kernels use Triton {GLUON_TRITON_VERSIONS}'s Gluon API; this is Triton {TRITON}",
+    reason=f"the Gluon tier does not run under Triton {TRITON} (kernel_tier.GLUON_TRITON_VERSIONS: "
+    f"{GLUON_TRITON_VERSIONS}): nothing compiled here ships",
 )
 SHARED_MEMORY_LIMIT = 227 * 1024  # what one block may use on an H100/H200
-RELEASE = tuple(int(part) for part in TRITON.split(".")[:2])
-
-# Variants a release compiles worse than Triton 3.6 does, each with what was seen. Under that
-# release the variant's compile test is expected to fail (strict: once a release compiles it
-# cleanly, the test fails until the entry goes). benchmarks/RESULTS.md, "Per Triton release", has
-# what each costs on an H100.
-RELEASE_DEFECTS = {
-    ((3, 8), "blockwise-WIDE-contiguous-bfloat16-1"): "42 spilled-register loads and stores (3.6: 25)",
-    ((3, 9), "blockwise-LARGE-dense-bfloat16-1"): "9 spilled-register loads and stores, an 8-byte stack",
-    **{
-        ((3, 9), variant): "LLVM hoists the shared-memory descriptors of the four FP8 Q K^T chains above "
-        "the first wgmma; ptxas serializes every wgmma (C7512; the PTX of 3.6 compiles clean with the "
-        "same ptxas)"
-        for variant in (
-            "e4m3-sparse-final",
-            "e4m3-sparse-split-sinks",
-            "e4m3-paged-final-sinks",
-            "e4m3-paged-split",
-            "e4m3-sparse-split-padded-pages",
-        )
-    },
-}
-
-
-def variant_params(variants, variant_id) -> list:
-    """``variants`` as pytest parameters, the installed release's known defects marked as
-    expected failures (strict)."""
-    params = []
-    for variant in variants:
-        defect = RELEASE_DEFECTS.get((RELEASE, variant_id(variant)))
-        marks = [pytest.mark.xfail(strict=True, reason=f"Triton {TRITON}: {defect}")] if defect else []
-        params.append(pytest.param(variant, marks=marks, id=variant_id(variant)))
-    return params
 
 
 def compile_for_sm90(kernel, typed: dict, constexprs: dict, options: dict, attrs: dict | None = None):

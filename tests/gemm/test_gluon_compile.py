@@ -32,7 +32,6 @@ from gluon_sm90 import (
     cubin_report,
     report_from_subprocess,
     requires_gluon_triton,
-    variant_params,
 )
 
 pytestmark = requires_gluon_triton
@@ -193,7 +192,7 @@ def compiled(tmp_path_factory):
     return report_from_subprocess(__file__, tmp_path_factory.mktemp("gluon"), timeout=3000)
 
 
-@pytest.mark.parametrize("variant", variant_params(VARIANTS, variant_id))
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
 def test_compiles_for_sm90_without_spills(compiled, variant):
     result = compiled[variant_id(variant)]
     assert "error" not in result, result.get("error")

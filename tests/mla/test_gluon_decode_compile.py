@@ -34,7 +34,6 @@ from gluon_sm90 import (
     cubin_report,
     report_from_subprocess,
     requires_gluon_triton,
-    variant_params,
 )
 
 pytestmark = requires_gluon_triton
@@ -167,7 +166,7 @@ def compiled(tmp_path_factory):
     )
 
 
-@pytest.mark.parametrize("variant", variant_params(VARIANTS, variant_id))
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
 def test_compiles_for_sm90_with_pipelined_wgmma(compiled, variant):
     result = compiled[variant_id(variant)]
     assert "error" not in result, result.get("error")

@@ -15,8 +15,9 @@ release's spelling:
 - ``cp_async_load`` (Ampere's ``cp.async`` gather into shared memory):
   ``async_copy.async_copy_global_to_shared`` up to 3.7, ``async_copy.async_load`` from 3.8.
 
-Every other Gluon name our kernels use is spelled alike in 3.6 to 3.9; CI compiles every kernel
-variant for sm_90 under each release (``python -m nox -s triton``).
+Every other Gluon name our kernels use is spelled alike in 3.6 to 3.9, and every kernel variant
+compiles for sm_90 under each; CI holds them to the compile tests' standard under the releases
+the Gluon tier runs on (``flashinfer._core.kernel_tier``, ``python -m nox -s triton``).
 
 The compiled launcher's protocol
 --------------------------------

@@ -70,7 +70,7 @@ _FP8_BELOW_SM89 = "; the reference below compute capability 8.9"
 # the grouped ones lead the tl kernels and run on Hopper under auto (gemm/_cuda.py)
 _GLUON_FORCED = " (FLASHINFER_KERNEL_TIER=gluon: the Gluon kernel on Hopper where TMA takes the operands)"
 _GLUON_GROUPED = (
-    "on Hopper (sm_90) with Triton 3.6-3.9, the warp-specialized Gluon kernel where TMA takes the operands; "
+    "on Hopper (sm_90) with Triton 3.6 or 3.7, the warp-specialized Gluon kernel where TMA takes the operands; "
     "elsewhere the persistent Triton blockwise FP8 kernel"
 )
 
@@ -100,7 +100,7 @@ ROUTES = {
     },
     "group_gemm_fp8_nt_groupwise": {
         "reference": "one float32 matmul per group, rows selected by the m_indptr segments",
-        "cuda": "on Hopper (sm_90) with Triton 3.6-3.9, the warp-specialized Gluon kernel for e4m3 operands TMA "
+        "cuda": "on Hopper (sm_90) with Triton 3.6 or 3.7, the warp-specialized Gluon kernel for e4m3 operands TMA "
         "takes; elsewhere the persistent Triton blockwise FP8 kernel (segments become per-row group ids "
         "on the device)" + _FP8_BELOW_SM89,
         "mate": "mate.gemm.ragged_m_moe_gemm_8bit (MUBIN, gemm_mode='per_expert') into a scratch; rows "

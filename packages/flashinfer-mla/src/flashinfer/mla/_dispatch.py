@@ -54,7 +54,7 @@ ROUTES = {
     },
     "trtllm_batch_decode_with_kv_cache_mla (sparse)": {
         "reference": "PyTorch, float32 math, chunked online softmax",
-        "cuda": "on Hopper (sm_90) with Triton 3.6-3.9, the warp-specialized Gluon kernel for e4m3/bf16 at "
+        "cuda": "on Hopper (sm_90) with Triton 3.6 or 3.7, the warp-specialized Gluon kernel for e4m3/bf16 at "
         "dims 512/64; elsewhere the portable Triton split-K kernel; the reference for FP8 below compute "
         "capability 8.9 and for float16",
         "mate": "mate sparse_mla_fp8_decode for FP8 e4m3, dims 512/64, float bmm1_scale; the reference "
@@ -68,7 +68,7 @@ ROUTES = {
     },
     "trtllm_batch_decode_with_kv_cache_mla (dense)": {
         "reference": "PyTorch, float32 math, chunked online softmax",
-        "cuda": "on Hopper (sm_90) with Triton 3.6-3.9, the Gluon kernel (page lookups in its gather "
+        "cuda": "on Hopper (sm_90) with Triton 3.6 or 3.7, the Gluon kernel (page lookups in its gather "
         "warps) for e4m3/bf16 at dims 512/64; elsewhere the portable Triton split-K paged kernel; the "
         "reference for FP8 below compute capability 8.9 and for float16",
         "mate": "the reference (MATE has no dense decode for 576-wide rows)",

@@ -5,7 +5,7 @@ Layout: FP8 operands are read by TMA as 2-D ``[rows, k]`` tensors in ``box_rows 
 (``stride(-1) == 1``, 16-byte aligned base and row stride, groups or batches packed, so that a
 3-D ``(G, rows, k)`` tensor is one ``[G * rows, k]`` tensor). The callers check those conditions
 (``flashinfer.gemm._cuda``) before they launch, so the descriptors here skip
-``TensorDescriptor``'s own checks. Runs on the Triton releases ``flashinfer._core.kernel_tier`` lists (3.6 to 3.9; the names that differ between them come from ``flashinfer._core.triton_compat``).
+``TensorDescriptor``'s own checks. Runs on the Triton releases ``flashinfer._core.kernel_tier`` lists (it compiles under 3.6 to 3.9; the names that differ between them come from ``flashinfer._core.triton_compat``).
 """
 
 from __future__ import annotations

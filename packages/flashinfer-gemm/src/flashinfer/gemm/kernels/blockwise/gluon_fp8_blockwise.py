@@ -52,7 +52,7 @@ ahead by the math warpgroups, so its latency hides behind the current tile's K l
 producer, a ring ahead of them, loads it at the tile); which groups a row tile holds is then
 reduced from registers. Every decision is made on the device by all
 three partitions from the same data: no host synchronization, and launches can be captured in a
-CUDA graph. Runs on the Triton releases ``flashinfer._core.kernel_tier`` lists (3.6 to 3.9; the names that differ between them come from ``flashinfer._core.triton_compat``).
+CUDA graph. Runs on the Triton releases ``flashinfer._core.kernel_tier`` lists (it compiles under 3.6 to 3.9; the names that differ between them come from ``flashinfer._core.triton_compat``).
 """
 
 from __future__ import annotations

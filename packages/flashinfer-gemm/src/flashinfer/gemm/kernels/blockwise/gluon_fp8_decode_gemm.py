@@ -37,7 +37,7 @@ Layout
 
 Shared memory a stage: ``(BLOCK_W + BLOCK_T) * 128`` bytes of operands and ``4 * (BLOCK_W +
 BLOCK_T)`` of scales; :func:`stages_for` takes the deepest ring within :data:`SHARED_BUDGET`.
-Runs on the Triton releases ``flashinfer._core.kernel_tier`` lists (3.6 to 3.9; the names that differ between them come from ``flashinfer._core.triton_compat``).
+Runs on the Triton releases ``flashinfer._core.kernel_tier`` lists (it compiles under 3.6 to 3.9; the names that differ between them come from ``flashinfer._core.triton_compat``).
 """
 
 from __future__ import annotations
