@@ -276,7 +276,7 @@ class ReorderingLauncher(FakeLauncher):
 def test_an_unrecognised_launcher_launches_through_the_jit_path_with_one_warning(
     kernel, monkeypatch, launcher
 ):
-    monkeypatch.setattr(triton_launch, "_warned_unrecognised", False)
+    monkeypatch.setattr(triton_launch.triton_compat, "_warned_unrecognised", False)
     kernel.compiled.run = launcher
     x, out = torch.randn(8), torch.empty(8)
     with pytest.warns(RuntimeWarning, match="does not recognise") as caught:

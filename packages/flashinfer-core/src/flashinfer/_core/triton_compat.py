@@ -37,7 +37,10 @@ import copy
 import dataclasses
 import inspect
 import types
+import warnings
 from collections.abc import Callable
+
+import triton
 
 __all__ = [
     "DirectLaunch",
@@ -45,6 +48,7 @@ __all__ = [
     "cp_async_load",
     "cta_barrier",
     "direct_launch",
+    "is_descriptor",
     "tma_load",
     "tma_store",
     "unwrap_tensordesc",
@@ -99,10 +103,18 @@ def direct_launch(run, function, packed_metadata, count: int) -> DirectLaunch | 
     recording holds the grid, the stream and the function first, the packed metadata once among
     the options, the same option objects both times, and the markers of the arguments either
     last, in order (flat), or as the last value, one tuple in order (packed). None for anything
-    else, and for a launcher that allocates scratch memory per launch (it must run itself).
+    else, and for a launcher that allocates scratch memory per launch (it must run itself); a
+    launcher not recognised is said once per process, as a warning.
     """
     if getattr(run, "global_scratch_size", 0) or getattr(run, "profile_scratch_size", 0):
         return None
+    found = _probe(run, function, packed_metadata, count)
+    if found is None:
+        _warn_unrecognised(run)
+    return found
+
+
+def _probe(run, function, packed_metadata, count: int) -> DirectLaunch | None:
     launch = getattr(run, "launch", None)
     if not callable(launch):
         return None
@@ -126,6 +138,23 @@ def direct_launch(run, function, packed_metadata, count: int) -> DirectLaunch | 
         return None  # an option made anew per call (an allocation) cannot be bound
     options = tuple(packed_metadata if o is metadata else o for o in options)
     return DirectLaunch(launch, (function, *options), packed)
+
+
+_warned_unrecognised = False
+
+
+def _warn_unrecognised(run) -> None:
+    global _warned_unrecognised
+    if _warned_unrecognised:
+        return
+    _warned_unrecognised = True
+    warnings.warn(
+        f"flashinfer: Triton {triton.__version__}'s compiled-kernel launcher ({type(run).__name__}) "
+        "calls its C launch in a way this build does not recognise; kernels launch through "
+        "kernel[grid] instead (correct, with more host time per launch)",
+        RuntimeWarning,
+        stacklevel=5,
+    )
 
 
 def _read_call(call: tuple, stream, function, metadata, args: tuple):
@@ -165,11 +194,13 @@ class TensordescExpansion:
         return tuple(self.encode(descriptor, self.metadata[i]))
 
 
-def unwrap_tensordesc(wrapper, direct: DirectLaunch, call: tuple, grid: tuple, stream):
-    """The :class:`TensordescExpansion` of ``wrapper`` (``direct.launch``), or None.
+def unwrap_tensordesc(wrapper, head: tuple, call: tuple, packed: bool):
+    """The :class:`TensordescExpansion` of ``wrapper`` (a :class:`DirectLaunch`'s launch), or None.
 
-    ``call`` is a launch's kernel arguments (signature order, its host descriptors in their
-    places). Recognised when the wrapper holds its C launch and the descriptors' metadata (one
+    ``head`` is what a launch passes before the kernel's arguments (the grid, the stream and the
+    launch's options), ``call`` its kernel arguments (signature order, its host descriptors in
+    their places) and ``packed`` its protocol. Recognised when the wrapper holds its C launch and
+    the descriptors' metadata (one
     each, none missing) and, called with that C launch recording, it passes exactly what
     expanding each descriptor here gives (the tensor maps compared by type: each encoding is a new
     object). The check runs the wrapper once, so it encodes each descriptor once.
@@ -180,7 +211,7 @@ def unwrap_tensordesc(wrapper, direct: DirectLaunch, call: tuple, grid: tuple, s
     except (AttributeError, TypeError, KeyError, ValueError):
         return None
     encode = _encoder(cells.get("make_tensordesc_arg"))
-    positions = [i for i, a in enumerate(call) if _is_descriptor(type(a))]
+    positions = {i: n for n, i in enumerate(i for i, a in enumerate(call) if is_descriptor(type(a)))}
     if encode is None or not callable(c_launch) or len(metadata) != len(positions):
         return None
     if any(m is None for m in metadata):  # a descriptor Triton decomposes rather than encodes
@@ -191,18 +222,17 @@ def unwrap_tensordesc(wrapper, direct: DirectLaunch, call: tuple, grid: tuple, s
         for name, cell in zip(wrapper.__code__.co_freevars, wrapper.__closure__)
     )
     probe = types.FunctionType(wrapper.__code__, wrapper.__globals__, wrapper.__name__, None, closure)
-    head = (*grid, stream, *direct.options)
     expansion = TensordescExpansion(c_launch, metadata, encode)
     expected = []
     try:
-        probe(*head, call) if direct.packed else probe(*head, *call)
+        probe(*head, call) if packed else probe(*head, *call)
         for i, arg in enumerate(call):
-            expected.extend(expansion.expand(positions.index(i), arg) if i in positions else (arg,))
+            expected.extend(expansion.expand(positions[i], arg) if i in positions else (arg,))
     except Exception:
         return None
     if len(recorded) != 1:
         return None
-    passed = recorded[0][-1] if direct.packed else recorded[0][len(head) :]
+    passed = recorded[0][-1] if packed else recorded[0][len(head) :]
     if len(passed) != len(expected) or not all(map(_alike, passed, expected)):
         return None
     return expansion
@@ -236,6 +266,6 @@ def _alike(passed, expected) -> bool:
     return True  # an encoded tensor map: a new object each time
 
 
-def _is_descriptor(t: type) -> bool:
+def is_descriptor(t: type) -> bool:
     # Triton's and Gluon's host-side TMA descriptors (dataclasses with a block shape)
     return "block_shape" in getattr(t, "__dataclass_fields__", ())

@@ -45,11 +45,9 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import warnings
 from collections.abc import Callable
 
 import torch
-import triton
 from triton.compiler import CompiledKernel
 from triton.runtime.jit import JITFunction
 
@@ -67,7 +65,6 @@ MAX_ENTRIES = 256
 MAX_TMA_ARGS = 4096  # encoded TMA descriptors kept for bound launches (:func:`_tma_arg`)
 FAST_LAUNCH_ENV = "FLASHINFER_FAST_LAUNCH"  # "0": every launch through kernel[grid]
 _JIT = "jit"  # a compiled-kernel entry that launches through kernel[grid] (not recognised)
-_warned_unrecognised = False
 
 
 def fast_launch_allowed() -> bool:
@@ -97,7 +94,7 @@ def _bind_torch_device_queries() -> None:
         _current_device, _current_stream = get_device, get_stream
 
 
-_is_descriptor = triton_compat._is_descriptor
+_is_descriptor = triton_compat.is_descriptor
 
 
 def _descriptor_key(d) -> tuple:
@@ -268,31 +265,13 @@ class FastLaunch:
             if run is None
             else triton_compat.direct_launch(run, function, metadata, len(self.kernel.params))
         )
-        if direct is None:
-            if run is None or not (
-                getattr(run, "global_scratch_size", 0) or getattr(run, "profile_scratch_size", 0)
-            ):
-                _warn_unrecognised(run)
+        if direct is None:  # not recognised (said once), or it allocates scratch per launch
             entry = _JIT
         else:
             entry = (direct.launch, direct.options, constexprs, direct.packed)
         if len(self._compiled) >= MAX_ENTRIES:
             self._compiled.clear()
         self._compiled[key] = entry
-
-
-def _warn_unrecognised(run) -> None:
-    global _warned_unrecognised
-    if _warned_unrecognised:
-        return
-    _warned_unrecognised = True
-    warnings.warn(
-        f"flashinfer: Triton {triton.__version__}'s compiled-kernel launcher ({type(run).__name__}) "
-        "calls its C launch in a way this build does not recognise; kernels launch through "
-        "kernel[grid] instead (correct, with more host time per launch)",
-        RuntimeWarning,
-        stacklevel=4,
-    )
 
 
 def _with_base(descriptor, base):
@@ -330,9 +309,8 @@ def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, call_args: tuple, 
     launch, options, constexprs, packed = entry
     unwrapped = None
     if any(map(_is_descriptor, map(type, args))):  # descriptors expanded here, encoded once per base
-        direct = triton_compat.DirectLaunch(launch, options, packed)
-        grid3 = (*grid, *(1,) * (3 - len(grid)))
-        unwrapped = triton_compat.unwrap_tensordesc(launch, direct, call_args, grid3, 0)
+        head = (*grid, *(1,) * (3 - len(grid)), 0, *options)  # the stream: any value (nothing launches)
+        unwrapped = triton_compat.unwrap_tensordesc(launch, head, call_args, packed)
     if unwrapped is not None:
         launch = unwrapped.launch
         descriptor_index = {
