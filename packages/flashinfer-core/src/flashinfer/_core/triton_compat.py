@@ -200,10 +200,10 @@ def unwrap_tensordesc(wrapper, head: tuple, call: tuple, packed: bool):
     ``head`` is what a launch passes before the kernel's arguments (the grid, the stream and the
     launch's options), ``call`` its kernel arguments (signature order, its host descriptors in
     their places) and ``packed`` its protocol. Recognised when the wrapper holds its C launch and
-    the descriptors' metadata (one
-    each, none missing) and, called with that C launch recording, it passes exactly what
-    expanding each descriptor here gives (the tensor maps compared by type: each encoding is a new
-    object). The check runs the wrapper once, so it encodes each descriptor once.
+    the descriptors' metadata (one each, none missing) and, called with that C launch recording,
+    it passes exactly what expanding each descriptor here gives (the tensor maps compared by type:
+    each encoding is a new object). The check runs the wrapper once, so it encodes each descriptor
+    once.
     """
     try:
         cells = dict(zip(wrapper.__code__.co_freevars, (c.cell_contents for c in wrapper.__closure__)))
