@@ -79,25 +79,31 @@ def assert_identical(compiled, eager) -> None:
         assert torch.equal(_bits(c), _bits(e)), f"result {i} differs from the eager call"
 
 
-def run_both(fn, args, kwargs, outputs=()):
+def run_both(fn, args, kwargs, outputs=(), itself=False):
     """``fn`` eagerly and compiled (fullgraph) on separate copies of the call, outputs poisoned
-    alike; returns (compiled result, eager result, the compiled call's kwargs, the backend)."""
+    alike; returns (compiled result, eager result, the compiled call's kwargs, the backend).
+    Compiled is a function that calls ``fn``, as an engine's layer does, or with ``itself``
+    ``torch.compile(fn)``."""
     backend = Graphs()
     for name in outputs:
         poison(kwargs[name])
     eager_args, eager_kwargs = copied(args, kwargs)
     eager = fn(*eager_args, **eager_kwargs)
     compiled_args, compiled_kwargs = copied(args, kwargs)
-    compiled_fn = torch.compile(lambda *a, **k: fn(*a, **k), fullgraph=True, backend=backend)
+    traced = fn if itself else lambda *a, **k: fn(*a, **k)
+    compiled_fn = torch.compile(traced, fullgraph=True, backend=backend)
     compiled = compiled_fn(*compiled_args, **compiled_kwargs)
     return compiled, eager, compiled_kwargs, backend
 
 
-def check_sample(op, sample) -> Graphs:
-    """``op`` (an op-table entry) on ``sample`` compiled: one graph, one ``flashinfer::`` node and
-    nothing else but output allocations, results bit-identical to the eager call, caller buffers
-    returned as the same objects. Returns the captured graphs."""
-    compiled, eager, compiled_kwargs, graphs = run_both(op.fn, sample.args, sample.kwargs, sample.outputs)
+def check_sample(op, sample, itself=False) -> Graphs:
+    """``op`` (an op-table entry) on ``sample`` compiled (called from a compiled function, or with
+    ``itself`` compiled itself): one graph, one ``flashinfer::`` node and nothing else but output
+    allocations, results bit-identical to the eager call, caller buffers returned as the same
+    objects. Returns the captured graphs."""
+    compiled, eager, compiled_kwargs, graphs = run_both(
+        op.fn, sample.args, sample.kwargs, sample.outputs, itself
+    )
     assert len(graphs.graphs) == 1, "a graph break"
     assert len(graphs.flashinfer_nodes()) == 1, graphs.flashinfer_nodes()
     assert graphs.other_calls() == []

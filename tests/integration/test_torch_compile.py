@@ -97,6 +97,13 @@ def test_op_is_one_node_and_bit_identical(implementation, op, name, seed):
         assert called and called[:half] == called[half:], called
 
 
+@pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)
+def test_op_compiled_itself_is_one_node(op, seed):
+    """``torch.compile(op, fullgraph=True)``, the public function itself rather than code that
+    calls it: the same one node and the same bits."""
+    check_sample(op, build(op, _rows(op)[0]), itself=True)
+
+
 def test_every_public_op_has_a_compile_case():
     """Each tensor op of the public modules (the root re-exports are the same objects) is in a
     table, so it has a case above; a new public op must join a table (or NOT_OPS)."""
@@ -239,11 +246,15 @@ def test_errors_keep_their_type_and_message():
 
 
 def test_eager_calls_register_nothing():
-    """The eager path imports neither the ``_compile`` modules nor Dynamo: no custom op is registered."""
+    """The eager path imports neither the ``_compile`` modules nor Dynamo: no custom op is
+    registered, and the public functions are the plain functions (the mark is attributes only)."""
     code = textwrap.dedent(
         """
-        import sys, torch
-        import flashinfer
+        import sys, types, torch
+        import flashinfer, flashinfer.decode
+        from flashinfer._core.compile import PUBLIC
+        assert len(PUBLIC) == 9 and all(type(fn) is types.FunctionType for fn in PUBLIC.values()), PUBLIC
+        assert PUBLIC["bmm_fp8"] is flashinfer.bmm_fp8
         A = torch.randn(1, 2, 64).to(torch.float8_e4m3fn)
         B = torch.randn(1, 64, 8).to(torch.float8_e4m3fn)
         flashinfer.bmm_fp8(A, B, torch.ones(()), torch.ones(()), torch.bfloat16)
@@ -253,7 +264,7 @@ def test_eager_calls_register_nothing():
         assert not hasattr(torch.ops.flashinfer, "bmm_fp8")
         """
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "FLASHINFER_LOGLEVEL": "0"})
 
 
 def test_api_logging_logs_compiled_calls_when_they_run(tmp_path):

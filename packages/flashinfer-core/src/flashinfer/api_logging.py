@@ -208,8 +208,9 @@ def flashinfer_api(fn):
     @functools.wraps(fn)
     def logged(*args, **kwargs):
         if is_compiling():
-            # Dynamo cannot trace the logging; the custom op the call becomes runs this wrapper
-            # again when the compiled graph runs, and logs then
+            # Dynamo cannot trace the logging. A public op's hand-off replaces this wrapper while
+            # Dynamo traces (flashinfer._core.compile) and its op logs through it when the graph
+            # runs; what reaches here is a function without one (the metadata helper)
             return fn(*args, **kwargs)
         try:
             if level < 3:

@@ -1,8 +1,7 @@
 """Registration of the ``flashinfer::`` custom ops and the keys of non-tensor arguments.
 
 Imported by the op packages' ``_compile`` modules, which are imported only while Dynamo traces a
-public call (:mod:`flashinfer._core.compile` describes the scheme); importing this module
-imports Dynamo.
+public call (:mod:`flashinfer._core.compile` describes the scheme).
 """
 
 from __future__ import annotations
@@ -13,12 +12,9 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["NAMESPACE", "Travel", "public_op", "recall", "remember"]
+__all__ = ["NAMESPACE", "Travel", "public_op"]
 
 NAMESPACE = "flashinfer"
-
-# objects a compiled graph refers to by key (see `remember`); kept alive for the graph's sake
-_REMEMBERED: dict[int, object] = {}
 
 
 def _no_outputs(*args, **kwargs) -> None:
@@ -73,9 +69,9 @@ def public_op(
     -------
     callable
         ``call(arguments)``: calls the op (while Dynamo traces) with the public function's
-        arguments by name, every output among them set. Its ``parameters`` attribute holds the
-        public function's parameter names in order: a public function hands its arguments over
-        as a tuple in that order (Dynamo before torch 2.13 cannot trace ``locals()``).
+        arguments by name, every output among them set. Its ``bind(args, kwargs)`` turns a call
+        as made into those arguments, defaults filled in, with Python's errors for a call that
+        does not fit the signature.
     """
     types = types or {}
     travels = travels or {}
@@ -129,24 +125,23 @@ def public_op(
                 values.extend(route.split(arguments[name]))
         op(*values)
 
-    call.parameters = names
+    def bind(args: tuple, kwargs: dict) -> dict:
+        if len(args) > positional:
+            raise TypeError(
+                f"{fn.__name__}() takes {positional} positional arguments but {len(args)} were given"
+            )
+        arguments = dict(defaults)
+        arguments.update(zip(names, args))
+        for name in kwargs:
+            if name not in names:
+                raise TypeError(f"{fn.__name__}() got an unexpected keyword argument '{name}'")
+            if name in names[: len(args)]:
+                raise TypeError(f"{fn.__name__}() got multiple values for argument '{name}'")
+        arguments.update(kwargs)
+        for name in names:
+            if name not in arguments:
+                raise TypeError(f"{fn.__name__}() missing required argument: '{name}'")
+        return arguments
+
+    call.bind = bind
     return call
-
-
-@torch.compiler.assume_constant_result
-def remember(obj: object) -> int:
-    """A key for ``obj`` that a compiled graph can carry as a constant.
-
-    Runs (not traced) while Dynamo traces the caller, so the key exists before the graph first
-    runs; Dynamo guards the compiled code on the identity of ``obj``, so another object compiles
-    again rather than reusing this key. The object stays referenced as long as the process: a
-    compiled graph may run it any time later.
-    """
-    key = id(obj)
-    _REMEMBERED[key] = obj
-    return key
-
-
-def recall(key: int) -> object:
-    """The object :func:`remember` gave ``key`` for."""
-    return _REMEMBERED[key]

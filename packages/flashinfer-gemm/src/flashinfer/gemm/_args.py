@@ -18,6 +18,8 @@ import torch
 
 from flashinfer._core.constants import E4M3_MAX, OUTPUT_SCALE_FLOOR
 
+from ._group_gemm_segments import row_groups, rows_in_segments
+
 
 class Bmm(NamedTuple):
     """``out = cast((A.float() @ B.float()) * A_scale * B_scale)``, b, m, n, k > 0.
@@ -214,10 +216,16 @@ class GroupedSegments(NamedTuple):
     m_indptr: torch.Tensor
     out: torch.Tensor
 
+    def as_contiguous(self) -> GroupedContiguous:
+        """This call as the contiguous grouped GEMM: one group id per row
+        (:func:`~._group_gemm_segments.row_groups`), so rows outside every segment are left
+        untouched."""
+        return GroupedContiguous(
+            self.a, self.b, self.a_scale, self.b_scale, row_groups(self.m_indptr, self.a.shape[0]), self.out
+        )
+
     def zero_fill(self) -> None:
         """The product at ``k == 0``: zeros in the rows of the segments."""
-        from ._group_gemm_segments import rows_in_segments  # imports this module
-
         self.out.masked_fill_(rows_in_segments(self.m_indptr, self.out.shape[0]).unsqueeze(1), 0)
 
 

@@ -17,14 +17,14 @@ from flashinfer._core.checks import (
     fail,
     require_tensors,
 )
-from flashinfer._core.compile import is_compiling
+from flashinfer._core.compile import one_node
 from flashinfer._core.dispatch import implementation_kind
 from flashinfer._core.errors import KernelCheckError
 from flashinfer.api_logging import flashinfer_api
 
 from ._args import Bmm
 from ._backends import BMM_BF16, BMM_FP8
-from ._dispatch import DISPATCH, run
+from ._dispatch import DISPATCH, compile_layer, run
 
 _16BIT = (torch.bfloat16, torch.float16)
 _INPUTS = ("A", "B", "A_scale", "B_scale")
@@ -162,6 +162,7 @@ _bmm_fp8 = _make_bmm(
 )
 
 
+@one_node(compile_layer)
 @flashinfer_api
 @gated(BMM_BF16)
 def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_check=False):
@@ -217,13 +218,10 @@ def bmm_bf16(A, B, out=None, out_dtype=torch.bfloat16, backend="auto", *, skip_c
     >>> bmm_bf16(A, B, out_dtype=torch.float32).dtype
     torch.float32
     """
-    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
-        from . import _compile
-
-        return _compile.call("bmm_bf16", (A, B, out, out_dtype, backend, skip_check))
     return _bmm_bf16(A, B, None, None, out, out_dtype, backend, skip_check)
 
 
+@one_node(compile_layer)
 @flashinfer_api
 @gated(BMM_FP8)
 def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_check=False):
@@ -291,10 +289,6 @@ def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="auto", *, skip_che
     if isinstance(out, str):
         # vLLM's flashinfer_scaled_fp8_mm passes the backend name positionally in `out`'s slot.
         out, backend = None, out
-    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
-        from . import _compile
-
-        return _compile.call("bmm_fp8", (A, B, A_scale, B_scale, dtype, out, backend, skip_check))
     return _bmm_fp8(A, B, A_scale, B_scale, out, dtype, backend, skip_check)
 
 

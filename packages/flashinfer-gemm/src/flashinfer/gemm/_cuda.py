@@ -41,7 +41,6 @@ from flashinfer.utils import get_compute_capability
 
 from . import _reference
 from ._args import Bmm, GroupedContiguous, GroupedMasked, GroupedSegments, Groupwise, QuantizeBlocks
-from ._group_gemm_segments import contiguous_rows
 
 # cuBLASLt's 1x128 / 128x128 block scaling exists for sm90 only (PyTorch rejects other archs).
 _BLOCKWISE_CUBLAS_MAJOR = 9
@@ -341,7 +340,7 @@ def group_gemm_segments(call: GroupedSegments) -> None:
     """Grouped FP8 GEMM over row segments (:class:`~._args.GroupedSegments`): the segments become
     one group id per row on the device, then the contiguous grouped kernel runs (the Gluon tier
     for e4m3 operands only: e5m2 segments take the tl kernel, as tested)."""
-    rows = contiguous_rows(call)
+    rows = call.as_contiguous()
     e4m3 = rows.a.dtype == rows.b.dtype == torch.float8_e4m3fn
     _contiguous_grouped("group_gemm_fp8_nt_groupwise", rows, gluon_takes_dtypes=e4m3)
 

@@ -16,12 +16,12 @@ from flashinfer._core.checks import (
     fail,
     require_tensors,
 )
-from flashinfer._core.compile import is_compiling
+from flashinfer._core.compile import one_node
 from flashinfer.api_logging import flashinfer_api
 
 from ._args import GroupedContiguous, GroupedMasked
 from ._backends import BATCH_DEEPGEMM_FP8_NT_GROUPWISE, GROUP_DEEPGEMM_FP8_NT_GROUPWISE
-from ._dispatch import DISPATCH, run
+from ._dispatch import DISPATCH, compile_layer, run
 
 _BLOCK = 128
 _E4M3 = torch.float8_e4m3fn
@@ -78,6 +78,7 @@ def _check_scale_shapes(a_scale, b_scale, a_blocks: tuple, b_blocks: tuple) -> N
         fail(AssertionError, arg, f"shape {shape}", f"shape {tuple(scale.shape)}")
 
 
+@one_node(compile_layer)
 @flashinfer_api
 @gated(GROUP_DEEPGEMM_FP8_NT_GROUPWISE)
 def group_deepgemm_fp8_nt_groupwise(
@@ -153,13 +154,6 @@ def group_deepgemm_fp8_nt_groupwise(
     >>> out.shape
     torch.Size([256, 128])
     """
-    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
-        from . import _compile
-
-        return _compile.call(
-            "group_deepgemm_fp8_nt_groupwise",
-            (a, b, a_scale, b_scale, m_indices, scale_granularity_mnk, out, out_dtype, skip_check),
-        )
     try:
         a_shape, b_shape = a.shape, b.shape
         dtype = out.dtype if out is not None else (out_dtype or torch.bfloat16)
@@ -195,6 +189,7 @@ def group_deepgemm_fp8_nt_groupwise(
     return run(DISPATCH.module(a.device).group_gemm_contiguous, call, k)
 
 
+@one_node(compile_layer)
 @flashinfer_api
 @gated(BATCH_DEEPGEMM_FP8_NT_GROUPWISE)
 def batch_deepgemm_fp8_nt_groupwise(
@@ -268,13 +263,6 @@ def batch_deepgemm_fp8_nt_groupwise(
     >>> bool(out[0, 10:].eq(0).all())
     True
     """
-    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
-        from . import _compile
-
-        return _compile.call(
-            "batch_deepgemm_fp8_nt_groupwise",
-            (a, b, a_scale, b_scale, masked_m, expected_m, scale_granularity_mnk, out, out_dtype, skip_check),
-        )
     try:
         a_shape, b_shape = a.shape, b.shape
         dtype = out.dtype if out is not None else (out_dtype or torch.bfloat16)

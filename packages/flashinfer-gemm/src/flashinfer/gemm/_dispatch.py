@@ -126,3 +126,11 @@ ROUTES = {
 }
 
 BACKEND_TABLES = tuple(TABLES.values())
+
+
+def compile_layer():
+    """The custom-op layer of the GEMMs (``_compile``), imported only by a traced call's hand-off
+    (:func:`flashinfer._core.compile.one_node`)."""
+    from . import _compile
+
+    return _compile

@@ -13,13 +13,13 @@ import torch
 
 from flashinfer._core import scratch
 from flashinfer._core.checks import check_device, check_k_major, check_no_overlap, fail, require_tensors
-from flashinfer._core.compile import is_compiling
+from flashinfer._core.compile import one_node
 from flashinfer._core.replay import Replays
 from flashinfer.api_logging import flashinfer_api
 from flashinfer.utils import ceil_div
 
 from ._args import Groupwise, QuantizeBlocks
-from ._dispatch import DISPATCH
+from ._dispatch import DISPATCH, compile_layer
 
 _BLOCK = 128
 _E4M3 = torch.float8_e4m3fn
@@ -139,6 +139,7 @@ def _output_dtype(out, out_dtype, M, N, device) -> torch.dtype:
     return dtype
 
 
+@one_node(compile_layer)
 @flashinfer_api
 def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None, out=None, out_dtype=None):
     """Block-scaled FP8 GEMM ``out = dequant(input) @ dequant(weight).T`` (DeepSeek-V3 linear layers).
@@ -209,12 +210,6 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
     >>> fp8_blockscale_gemm_sm90(x, w_fp8, None, torch.ones(1, 2)).shape
     torch.Size([4, 128])
     """
-    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
-        from . import _compile
-
-        return _compile.call(
-            "fp8_blockscale_gemm_sm90", (input, weight, input_scale, weight_scale, out, out_dtype)
-        )
     key = None
     if _REPLAYS.serves(input):  # False for a non-tensor: the checks below say
         tensors = (input, weight, input_scale, weight_scale, out)

@@ -22,14 +22,14 @@ from flashinfer._core.checks import (
     fail,
     require_tensors,
 )
-from flashinfer._core.compile import is_compiling
+from flashinfer._core.compile import one_node
 from flashinfer._core.constants import OUTPUT_SCALE_BLOCK
 from flashinfer._core.errors import KernelCheckError
 from flashinfer.api_logging import flashinfer_api
 
 from ._args import Groupwise
 from ._backends import GEMM_FP8_NT_BLOCKSCALED, GEMM_FP8_NT_GROUPWISE
-from ._dispatch import DISPATCH, run
+from ._dispatch import DISPATCH, compile_layer, run
 
 _E4M3 = torch.float8_e4m3fn
 _BF16 = torch.bfloat16
@@ -79,6 +79,7 @@ def _trtllm_orientation(scale, arg: str, blocks: int, kb: int) -> bool:
     )
 
 
+@one_node(compile_layer)
 @flashinfer_api
 @gated(GEMM_FP8_NT_GROUPWISE)
 def gemm_fp8_nt_groupwise(
@@ -192,13 +193,6 @@ def gemm_fp8_nt_groupwise(
     >>> gemm_fp8_nt_groupwise(a, b, a_scale, b_scale, "K", backend="mubin", output_scale=out_scale).dtype
     torch.float8_e4m3fn
     """
-    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
-        from . import _compile
-
-        return _compile.call("gemm_fp8_nt_groupwise", (
-            a, b, a_scale, b_scale, scale_major_mode, mma_sm, scale_granularity_mnk, out, out_dtype, backend,
-            output_scale, skip_check
-        ))  # fmt: skip
     try:
         a_shape, b_shape, device = a.shape, b.shape, a.device
         try:

@@ -13,12 +13,12 @@ from flashinfer._core.checks import (
     fail,
     require_tensors,
 )
-from flashinfer._core.compile import is_compiling
+from flashinfer._core.compile import one_node
 from flashinfer.api_logging import flashinfer_api
 
 from ._args import GroupedSegments
 from ._backends import GROUP_GEMM_FP8_NT_GROUPWISE
-from ._dispatch import DISPATCH, run
+from ._dispatch import DISPATCH, compile_layer, run
 from ._group_gemm_segments import row_block_scales
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -29,6 +29,7 @@ _NAMES = frozenset(GROUP_GEMM_FP8_NT_GROUPWISE.names)
 _RANKS = (("a", 2, "(cum_m, k)"), ("b", 3, "(G, n, k)"), ("m_indptr", 1, "(G + 1,)"))
 
 
+@one_node(compile_layer)
 @flashinfer_api
 @gated(GROUP_GEMM_FP8_NT_GROUPWISE)
 def group_gemm_fp8_nt_groupwise(
@@ -127,26 +128,6 @@ def group_gemm_fp8_nt_groupwise(
     >>> group_gemm_fp8_nt_groupwise(a, b, a_scale, b_scale, m_indptr).shape
     torch.Size([12, 128])
     """
-    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
-        from . import _compile
-
-        return _compile.call(
-            "group_gemm_fp8_nt_groupwise",
-            (
-                a,
-                b,
-                a_scale,
-                b_scale,
-                m_indptr,
-                scale_granularity_mnk,
-                scale_major_mode,
-                mma_sm,
-                out,
-                out_dtype,
-                backend,
-                skip_check,
-            ),
-        )
     granularity = tuple(scale_granularity_mnk)
     try:
         a_shape, b_shape, device = a.shape, b.shape, a.device

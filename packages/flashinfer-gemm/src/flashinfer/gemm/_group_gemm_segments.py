@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import torch
 
-from ._args import GroupedContiguous
-
 
 def segment_ends(m_indptr: torch.Tensor, m: int) -> torch.Tensor:
     """The effective offsets ``e`` (int64, ``[G + 1]``): clamped to ``[0, m]``, non-decreasing."""
@@ -28,13 +26,6 @@ def row_groups(m_indptr: torch.Tensor, m: int) -> torch.Tensor:
     rows = torch.arange(m, device=m_indptr.device)
     groups = torch.searchsorted(ends[1:], rows, right=True)
     return torch.where(rows < ends[0], -1, groups).to(torch.int32)
-
-
-def contiguous_rows(call) -> GroupedContiguous:
-    """A :class:`~._args.GroupedSegments` call as the contiguous grouped GEMM: one group id per
-    row (:func:`row_groups`), so rows outside every segment are left untouched."""
-    a, b, a_scale, b_scale, m_indptr, out = call
-    return GroupedContiguous(a, b, a_scale, b_scale, row_groups(m_indptr, a.shape[0]), out)
 
 
 def rows_in_segments(m_indptr: torch.Tensor, m: int) -> torch.Tensor:

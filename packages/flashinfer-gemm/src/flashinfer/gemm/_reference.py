@@ -14,7 +14,6 @@ from flashinfer._core.constants import E4M3_MAX, OUTPUT_SCALE_BLOCK, OUTPUT_SCAL
 from flashinfer.utils import ceil_div
 
 from ._args import Bmm, GroupedContiguous, GroupedMasked, GroupedSegments, Groupwise, QuantizeBlocks
-from ._group_gemm_segments import contiguous_rows
 
 DEEPGEMM_BLOCK = 128
 QUANT_BLOCK_COLS = 128  # fp8_blockscale_gemm_sm90 quantizes blocks of 128 columns
@@ -102,7 +101,7 @@ def group_gemm_segments(call: GroupedSegments) -> None:
     The segments become one group id per row (:func:`flashinfer.gemm._group_gemm_segments.row_groups`);
     rows outside every segment keep their ``out`` values.
     """
-    group_gemm_contiguous(contiguous_rows(call))
+    group_gemm_contiguous(call.as_contiguous())
 
 
 def quantize_fp8_blocks(call: QuantizeBlocks) -> None:

@@ -13,6 +13,9 @@ from typing import NamedTuple
 
 import torch
 
+# rope_quantize_fp8's output parameters, in its order
+ROPE_OUTPUTS = ("q_rope_out", "k_rope_out", "q_nope_out", "k_nope_out")
+
 
 class Rope(NamedTuple):
     """RoPE on the rope parts, then scale and saturating FP8 cast of all four parts.

@@ -1,48 +1,47 @@
 """RoPE + FP8 quantize and the MLA decode as ``torch.library`` custom ops, for traced calls.
 
-Imported by ``rope_quantize_fp8`` and ``trtllm_batch_decode_with_kv_cache_mla`` only while
-Dynamo traces them (:mod:`flashinfer._core.compile` says why and how); ``mla_rope_quantize_fp8``
-runs ``rope_quantize_fp8``'s code and so is one ``flashinfer::rope_quantize_fp8`` node. A public
-function hands its arguments over as a tuple in its parameters' order; each wrapper here allocates
-the outputs the caller left to the function (shapes and dtypes of the contract, contiguous) and
-calls its op, which runs the public function eagerly with them when the compiled graph runs.
+Imported by the hand-off of ``rope_quantize_fp8`` and ``trtllm_batch_decode_with_kv_cache_mla``
+only while Dynamo traces them (:mod:`flashinfer._core.compile` says why and how);
+``mla_rope_quantize_fp8`` calls ``rope_quantize_fp8`` and so is one ``flashinfer::rope_quantize_fp8``
+node. :func:`call` binds the traced call; each function here allocates the outputs the caller
+left to the public function (shapes and dtypes of the contract, contiguous) and calls its op,
+which runs the public function eagerly with them when the compiled graph runs.
 
 Each op is registered from its public function's own parameters and annotations
 (:func:`flashinfer._core.custom_ops.public_op`), so the argument list is written in one place. A
 custom op takes tensors, scalars, strings and lists only, so a few decode arguments travel as
 other values (:class:`~flashinfer._core.custom_ops.Travel`): a scale that may be a float or a tensor becomes both
 (one of them used), ``sinks`` (a tensor, a list of one, or None) a list and its form, and the
-``metadata=`` object a key of :func:`flashinfer._core.custom_ops.remember` (-1 for None).
+``metadata=`` object its ``id`` (-1 for None), which :func:`flashinfer._core.compile.kept` maps back
+to the object when the graph runs (every ``DecodeMetadata`` is kept from its making).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .._core.custom_ops import Travel, public_op, recall, remember
-from ._decode import trtllm_batch_decode_with_kv_cache_mla as _eager_decode
-from ._rope import _OUTPUTS as _ROPE_OUTPUTS
-from ._rope import rope_quantize_fp8 as _eager_rope
+from .._core.compile import PUBLIC, kept
+from .._core.custom_ops import Travel, public_op
+from ._args import ROPE_OUTPUTS as _ROPE_OUTPUTS
 
 Tensor = torch.Tensor
 
 # ------------------------------------------------------------------------- rope_quantize_fp8
 
 _ROPE = public_op(
-    _eager_rope,
+    PUBLIC["rope_quantize_fp8"],
     _ROPE_OUTPUTS,
     travels={name: Travel(((name, Tensor),)) for name in _ROPE_OUTPUTS},  # allocated when missing
 )
 
 
-def rope_quantize_fp8(values: tuple) -> tuple:
+def rope_quantize_fp8(arguments: dict) -> tuple:
     """``rope_quantize_fp8`` as one node; returns the four outputs as the eager function does.
 
-    ``values`` are the public function's arguments in order. Missing outputs are allocated with the shapes of
+    Missing outputs are allocated with the shapes of
     their inputs (a missing nope input: its rope input's leading dimensions and width 0) and
     ``quantize_dtype``, else the dtype of the first given output, else float8_e4m3fn.
     """
-    arguments = dict(zip(_ROPE.parameters, values))
     q_rope, k_rope, q_nope, k_nope = (arguments[name] for name in ("q_rope", "k_rope", "q_nope", "k_nope"))
     given = tuple(arguments[name] for name in _ROPE_OUTPUTS)
     dtype = arguments["quantize_dtype"]
@@ -100,11 +99,11 @@ def _join_sinks(sinks: list[Tensor], form: int):
 
 
 def _metadata_key(metadata) -> tuple:
-    return (-1 if metadata is None else remember(metadata),)
+    return (-1 if metadata is None else id(metadata),)
 
 
 def _metadata_object(key: int):
-    return None if key < 0 else recall(key)
+    return None if key < 0 else kept(key)
 
 
 # `workspace_buffer` is scratch no caller reads (partials written and combined inside one call, in
@@ -112,7 +111,7 @@ def _metadata_object(key: int):
 # wherever functionalization cannot write it in place, and CUDA-graph trees skip graphs that
 # mutate their inputs.
 _DECODE = public_op(
-    _eager_decode,
+    PUBLIC["trtllm_batch_decode_with_kv_cache_mla"],
     ("out", "lse"),
     travels={
         "out": Travel((("out", Tensor),)),  # allocated when missing
@@ -124,16 +123,15 @@ _DECODE = public_op(
 )
 
 
-def trtllm_batch_decode_with_kv_cache_mla(values: tuple):
+def trtllm_batch_decode_with_kv_cache_mla(arguments: dict):
     """The decode as one node; returns ``out``, or ``(out, lse)`` with ``return_lse``.
 
-    ``values`` are the public function's arguments in order. ``out`` is allocated as ``query.shape[:-1] +
+    ``out`` is allocated as ``query.shape[:-1] +
     (kv_lora_rank,)`` bfloat16 (``[batch, q_len, heads, kv_lora_rank]``, or ``[total_q, heads,
     kv_lora_rank]`` for a compact query) and, with ``return_lse``, ``lse`` as float32 ``[tokens,
     heads]``, tokens the product of the query's leading dimensions: the eager function's
     allocations.
     """
-    arguments = dict(zip(_DECODE.parameters, values))
     query, out, lse, return_lse = (arguments[name] for name in ("query", "out", "lse", "return_lse"))
     if out is None:
         out = torch.empty(
@@ -146,3 +144,16 @@ def trtllm_batch_decode_with_kv_cache_mla(values: tuple):
         arguments["lse"] = lse
     _DECODE(arguments)
     return (out, lse) if return_lse else out
+
+
+_CALLS = {
+    "rope_quantize_fp8": (_ROPE, rope_quantize_fp8),
+    "trtllm_batch_decode_with_kv_cache_mla": (_DECODE, trtllm_batch_decode_with_kv_cache_mla),
+}
+
+
+def call(name: str, args: tuple, kwargs: dict):
+    """The public function ``name``, called with ``args`` and ``kwargs``, as one node; returns
+    what the eager call returns."""
+    op, as_node = _CALLS[name]
+    return as_node(op.bind(args, kwargs))

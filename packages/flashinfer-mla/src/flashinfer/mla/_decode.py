@@ -15,12 +15,12 @@ from typing import NamedTuple
 import torch
 
 from .._core.checks import describe, fail
-from .._core.compile import is_compiling
+from .._core.compile import one_node
 from .._core.replay import Replay, Replays
 from ..api_logging import flashinfer_api
 from . import _checks, _packed_decode, _unpacked_decode
 from ._args import Decode
-from ._dispatch import DISPATCH
+from ._dispatch import DISPATCH, compile_layer
 from ._metadata import DecodeMetadata
 
 __all__ = ["trtllm_batch_decode_with_kv_cache_mla"]
@@ -28,6 +28,7 @@ __all__ = ["trtllm_batch_decode_with_kv_cache_mla"]
 _PACKED_DTYPE = torch.uint8
 
 
+@one_node(compile_layer)
 @flashinfer_api
 def trtllm_batch_decode_with_kv_cache_mla(
     query: torch.Tensor,
@@ -181,17 +182,6 @@ def trtllm_batch_decode_with_kv_cache_mla(
     token with no valid key (the sink's value with sinks); the cache must be viewable as the
     flat ``[num_pages * page_size, 656]`` pool and start on a 16-byte boundary.
     """
-    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
-        from . import _compile
-
-        return _compile.trtllm_batch_decode_with_kv_cache_mla((
-            query, kv_cache, workspace_buffer, qk_nope_head_dim, kv_lora_rank, qk_rope_head_dim, block_tables,
-            seq_lens, max_seq_len, sparse_mla_top_k, out, bmm1_scale, bmm2_scale, sinks,
-            skip_softmax_threshold_scale_factor, enable_pdl, backend, is_var_seq, uses_shared_paged_kv_idx, lse,
-            return_lse, cute_dsl_impl, kv_scale_format, cum_seq_lens_q, max_q_len, multi_ctas_kv_counter_buffer,
-            sparse_mla_top_k_lens, enable_dcp, cp_world, cp_rank, causal_seqlens_kv_global, use_fp16_softmax,
-            metadata
-        ))  # fmt: skip
     # ---- a call signature seen before: its checks passed, its launches repeat (flashinfer._core.replay)
     key = None
     replayed = _REPLAYS.serves(query)  # False for a non-tensor: the checks below say

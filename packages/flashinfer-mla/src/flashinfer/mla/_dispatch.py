@@ -76,3 +76,11 @@ ROUTES = {
 }
 
 BACKEND_TABLES = (DECODE_BACKENDS,)
+
+
+def compile_layer():
+    """The custom-op layer of RoPE and the decode (``_compile``), imported only by a traced call's
+    hand-off (:func:`flashinfer._core.compile.one_node`)."""
+    from . import _compile
+
+    return _compile

@@ -15,7 +15,7 @@ from functools import cached_property
 import torch
 
 from .._core.checks import describe, fail, require_tensors
-from .._core.compile import is_compiling
+from .._core.compile import is_compiling, keep
 from ..api_logging import flashinfer_api
 from ._checks import reject_topk
 from ._dispatch import DISPATCH
@@ -50,6 +50,9 @@ class DecodeMetadata:
     device: torch.device
     kind: str
     plan: object
+
+    def __post_init__(self) -> None:
+        keep(self)  # a compiled decode receives it by id (flashinfer.mla._compile)
 
     def check(self, batch: int, q_len: int, heads: int, topk: int, device: torch.device, kind: str) -> None:
         """Raise ``ValueError`` naming the first field that differs from this call's."""

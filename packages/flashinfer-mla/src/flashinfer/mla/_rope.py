@@ -17,11 +17,12 @@ import types
 import torch
 
 from .._core.checks import check_device, check_last_dim_contiguous, describe, fail, require_tensors
-from .._core.compile import is_compiling
+from .._core.compile import one_node
 from .._core.replay import Replays
 from ..api_logging import flashinfer_api
+from ._args import ROPE_OUTPUTS as _OUTPUTS
 from ._args import Rope
-from ._dispatch import DISPATCH
+from ._dispatch import DISPATCH, compile_layer
 
 __all__ = ["mla_rope_quantize_fp8", "rope_quantize_fp8"]
 
@@ -30,9 +31,9 @@ _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 _CACHE_DTYPES = (torch.float32, torch.bfloat16)
 _POS_DTYPES = (torch.int32, torch.int64)
 _PARTS = ("q_rope", "k_rope", "q_nope", "k_nope")
-_OUTPUTS = ("q_rope_out", "k_rope_out", "q_nope_out", "k_nope_out")
 
 
+@one_node(compile_layer)
 @flashinfer_api
 def rope_quantize_fp8(
     q_rope: torch.Tensor,
@@ -127,13 +128,6 @@ def rope_quantize_fp8(
     >>> outs[0].data_ptr() == q_fp8[..., 512:].data_ptr()
     True
     """
-    if is_compiling():  # one opaque node under torch.compile (flashinfer._core.compile)
-        from . import _compile
-
-        return _compile.rope_quantize_fp8((
-            q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, quantize_dtype, quant_scale_q,
-            quant_scale_kv, q_rope_out, k_rope_out, q_nope_out, k_nope_out, enable_pdl
-        ))  # fmt: skip
     given = (q_rope_out, k_rope_out, q_nope_out, k_nope_out)
     # a call signature seen before: its checks passed, its launch repeats (flashinfer._core.replay);
     # the serving call: both nope parts and every output given
@@ -348,6 +342,8 @@ def _another_name(fn, name: str, doc: str, annotations: dict[str, str]):
     """
     named = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
     named.__dict__.update(fn.__dict__)
+    # fn's hand-off under torch.compile, for torch.compile(named) too (flashinfer._core.compile)
+    named._torchdynamo_wrapper_id = id(named)
     named.__qualname__, named.__doc__, named.__module__ = name, doc, fn.__module__
     named.__annotations__ = {**fn.__annotations__, **annotations}
     signature = inspect.signature(fn)
