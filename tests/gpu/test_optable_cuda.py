@@ -14,6 +14,8 @@ sanitizer cases) stays in the other files here.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import gemm_ops
 import mla_ops
 import pytest
@@ -33,12 +35,15 @@ from optable import (
     use_tier,
 )
 
+from flashinfer.decode import get_batch_decode_metadata_mla
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
 OPS = gemm_ops.OPS + mla_ops.OPS
+DECODE = next(op for op in mla_ops.OPS if op.name == "trtllm_batch_decode_with_kv_cache_mla")
 FIRST_PER_TIER = [
     pytest.param(impl, op, id=f"{impl}-{op.name}") for op in OPS for impl in cuda_implementations(op)
 ]
@@ -82,6 +87,22 @@ def test_compiled_call_is_one_node_and_bit_identical(implementation, op, seed, m
     use_tier(implementation, monkeypatch)
     torch._dynamo.reset()
     check_sample(op, to_device(build(op, op.samples()[0].name), "cuda"))
+
+
+@pytest.mark.parametrize("implementation", cuda_implementations(DECODE))
+def test_compiled_decode_with_metadata_is_the_eager_call(implementation, seed, monkeypatch):
+    """``metadata=`` (a schedule of the CUDA implementation) through ``torch.compile(fullgraph=True)``:
+    one node, the eager result bit for bit, and another metadata object compiles again."""
+    use_tier(implementation, monkeypatch)
+    torch._dynamo.reset()
+    sample = to_device(mla_ops.sparse_sample("metadata", batch=2, lse="return").build(), "cuda")
+    kwargs = sample.kwargs
+    metadata = get_batch_decode_metadata_mla(kwargs["query"], kwargs["seq_lens"], kwargs["sparse_mla_top_k"])
+    assert metadata.kind == "cuda" and metadata.plan is not None
+    graphs = check_sample(DECODE, replace(sample, kwargs={**kwargs, "metadata": metadata}))
+    other = get_batch_decode_metadata_mla(kwargs["query"], kwargs["seq_lens"], kwargs["sparse_mla_top_k"])
+    check_sample(DECODE, replace(sample, kwargs={**kwargs, "metadata": other}))
+    assert len(graphs.graphs) == 1
 
 
 @pytest.mark.parametrize("implementation, op", FIRST_PER_TIER)

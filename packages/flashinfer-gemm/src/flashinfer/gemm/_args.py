@@ -33,31 +33,32 @@ class Bmm(NamedTuple):
         ``(b, k, n)``, any strides (column-major ``B.stride(-2) == 1`` or row-major).
     out : torch.Tensor
         ``(b, m, n)`` bf16/fp16/fp32 (FP8: bf16/fp16), any strides, written in place.
-    a_scale, b_scale : torch.Tensor or None
+    a_scale_given, b_scale_given : torch.Tensor or None
         FP8 only: float32 dequantization multipliers as the caller gave them: ``()`` or ``(1,)``
         per tensor, ``(b, m, 1)`` or ``(b, 1, m)`` (A) and ``(b, 1, n)`` or ``(b, n, 1)`` (B)
-        per channel. None for 16-bit operands.
+        per channel. None for 16-bit operands. Their views :attr:`a_scale` and :attr:`b_scale`
+        broadcast against ``out``.
     """
 
     A: torch.Tensor
     B: torch.Tensor
     out: torch.Tensor
-    a_scale: torch.Tensor | None = None
-    b_scale: torch.Tensor | None = None
+    a_scale_given: torch.Tensor | None = None
+    b_scale_given: torch.Tensor | None = None
 
     def zero_fill(self) -> None:
         """The product at ``k == 0``: every element zero."""
         self.out.zero_()
 
     @property
-    def A_scale(self) -> torch.Tensor | None:
+    def a_scale(self) -> torch.Tensor | None:
         """A's scale as a 0-dim tensor or a ``(b, m, 1)`` view (broadcasts against ``out``)."""
-        return _scale_view(self.a_scale, rows_last=False)
+        return _scale_view(self.a_scale_given, rows_last=False)
 
     @property
-    def B_scale(self) -> torch.Tensor | None:
+    def b_scale(self) -> torch.Tensor | None:
         """B's scale as a 0-dim tensor or a ``(b, 1, n)`` view (broadcasts against ``out``)."""
-        return _scale_view(self.b_scale, rows_last=True)
+        return _scale_view(self.b_scale_given, rows_last=True)
 
 
 def _scale_view(scale, rows_last: bool):

@@ -116,7 +116,7 @@ def _row_major(t: torch.Tensor) -> bool:
 def bmm(call: Bmm) -> None:
     """``out = cast((A @ B) * A_scale * B_scale)`` for 16-bit or FP8 batched operands
     (:class:`~._args.Bmm`; a column-major B, ``B.stride(-2) == 1``, is the fast case)."""
-    if call.a_scale is None:
+    if call.a_scale_given is None:
         _bmm_16bit(call.A, call.B, call.out)
         return
     A, B, out = call.A, call.B, call.out
@@ -125,7 +125,7 @@ def bmm(call: Bmm) -> None:
         _reference.bmm(call)
         return
     if A.shape[0] == 1:
-        A_scale, B_scale = call.A_scale, call.B_scale
+        A_scale, B_scale = call.a_scale, call.b_scale
         if _scaled_mm_takes(A[0], B[0], A_scale, B_scale, out[0]):
             _scaled_mm_single(A[0], B[0], A_scale, B_scale, out[0])
             return

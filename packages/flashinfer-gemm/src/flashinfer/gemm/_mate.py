@@ -94,7 +94,7 @@ def _finish(target, out) -> None:
 
 
 def bmm(call: Bmm) -> None:
-    A, B, out, A_scale, B_scale = call.A, call.B, call.out, call.A_scale, call.B_scale
+    A, B, out, A_scale, B_scale = call.A, call.B, call.out, call.a_scale, call.b_scale
     mate_bmm = _unified_bmm()
     if mate_bmm is None:
         _bmm_legacy(call, A, B, out, A_scale, B_scale)

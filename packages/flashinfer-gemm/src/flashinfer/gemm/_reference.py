@@ -22,8 +22,8 @@ QUANT_BLOCK_COLS = 128  # fp8_blockscale_gemm_sm90 quantizes blocks of 128 colum
 def bmm(call: Bmm) -> None:
     """``out = cast((A.float() @ B.float()) * A_scale * B_scale)`` (:class:`~._args.Bmm`)."""
     acc = torch.matmul(call.A.float(), call.B.float())
-    if call.a_scale is not None:
-        acc = acc * call.A_scale * call.B_scale
+    if call.a_scale_given is not None:
+        acc = acc * call.a_scale * call.b_scale
     call.out.copy_(acc)
 
 

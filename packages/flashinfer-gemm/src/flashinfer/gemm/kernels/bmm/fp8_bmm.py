@@ -9,7 +9,7 @@ Layout
   column-major (``B.stride(-2) == 1``, the transpose of a contiguous ``(batch, n, k)``
   weight), so both operands are read along k in 16-byte vectors.
 - ``a_scale (batch, m)`` / ``b_scale (batch, n)`` float32, read as the record's views
-  ``call.A_scale`` / ``call.B_scale`` and addressed by (batch, row) and (batch, column) strides:
+  ``call.a_scale`` / ``call.b_scale`` and addressed by (batch, row) and (batch, column) strides:
   a per-tensor scale is a 0-dim tensor read with strides 0, a per-channel one the
   ``(b, m, 1)`` / ``(b, 1, n)`` view with its own strides. Scales multiply the fp32
   accumulator once, in the epilogue.
@@ -182,7 +182,7 @@ def fp8_bmm(call, config=None) -> None:
         ``PROGRAMS_PER_SM``, ``num_warps``/``num_stages``) instead of autotuning; the tests use
         small tiles.
     """
-    A, B, out, A_scale, B_scale = call.A, call.B, call.out, call.A_scale, call.B_scale
+    A, B, out, A_scale, B_scale = call.A, call.B, call.out, call.a_scale, call.b_scale
     batch, m, k = A.shape
     n = B.shape[2]
     # (batch, row) / (batch, column) strides of the scales, read without making views

@@ -14,7 +14,7 @@ Layout
   aligned base and row stride); a box that runs past a batch's rows reads the next batch's,
   whose products are never stored.
 - ``a_scale (batch, m)`` / ``b_scale (batch, n)`` float32, read as the record's views
-  ``call.A_scale`` / ``call.B_scale`` and addressed by (batch, row) and (batch, column) strides:
+  ``call.a_scale`` / ``call.b_scale`` and addressed by (batch, row) and (batch, column) strides:
   a per-tensor scale is a 0-dim tensor read with strides 0, a per-channel one the
   ``(b, m, 1)`` / ``(b, 1, n)`` view with its own strides. They multiply the fp32
   accumulator once, in the epilogue.
@@ -219,7 +219,7 @@ def fp8_bmm(call, config=None) -> None:
     config : GluonBmmConfig, optional
         A fixed tile instead of :func:`pick_config`'s.
     """
-    A, B, out, A_scale, B_scale = call.A, call.B, call.out, call.A_scale, call.B_scale
+    A, B, out, A_scale, B_scale = call.A, call.B, call.out, call.a_scale, call.b_scale
     batch, m, k = A.shape
     n = B.shape[2]
     if config is None:
