@@ -3,13 +3,17 @@ devices may be replayed, the bounds, the reset when the routing is replaced, the
 
 from __future__ import annotations
 
+import ast
 import gc
+import inspect
+import textwrap
 import weakref
 
 import pytest
 import torch
 
 from flashinfer._core import dispatch, replay
+from flashinfer._core.compile import PUBLIC
 
 
 @pytest.fixture(params=["torch guard", "python guard"])
@@ -110,3 +114,79 @@ def test_the_switch_turns_replays_off(monkeypatch):
         dispatch, "ROUTING", dispatch.ROUTING.routed("cpu", "cuda")._replace(force_reference=False)
     )
     assert not replay.Replays().serves(torch.empty(1))
+
+
+# ------------------------------------------------------------- every parameter reaches the key
+
+# the fast path's names that hold the key or its parts
+_KEY_PARTS = frozenset({"key", "tensors", "options", "optional", "given"})
+
+
+def _parameters(fn) -> set[str]:
+    code = inspect.unwrap(fn).__code__
+    return set(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount])
+
+
+def _keyed(fn) -> set[str]:
+    """The names ``fn``'s fast path reads into its replay key: the values assigned to the key and
+    its parts, and the conditions under which it looks a replay up (a call that gives what a
+    condition excludes is never replayed). The fast path is the function's statements up to the
+    one that calls ``_REPLAYS.find``."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(fn)))).body[0].body
+    names = set()
+    for statement in body:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id in _KEY_PARTS for target in node.targets
+            ):
+                names |= {name.id for name in ast.walk(node.value) if isinstance(name, ast.Name)}
+            elif isinstance(node, ast.If):
+                names |= {name.id for name in ast.walk(node.test) if isinstance(name, ast.Name)}
+        if "_REPLAYS.find" in ast.unparse(statement):
+            return names
+    raise AssertionError(f"{fn.__name__} has no fast path calling _REPLAYS.find")
+
+
+def _unkeyed(fn, replays) -> set[str]:
+    return _parameters(fn) - _keyed(fn) - set(replays.unkeyed)
+
+
+def test_every_replayed_op_is_known():
+    import flashinfer.decode  # noqa: F401  (imports every op package)
+
+    assert set(replay.OPS) == {
+        "fp8_blockscale_gemm_sm90",
+        "rope_quantize_fp8",
+        "trtllm_batch_decode_with_kv_cache_mla",
+    }
+
+
+@pytest.mark.parametrize(
+    "op", ["fp8_blockscale_gemm_sm90", "rope_quantize_fp8", "trtllm_batch_decode_with_kv_cache_mla"]
+)
+def test_every_parameter_reaches_the_replay_key_or_is_declared(op):
+    """A stale replay is a silent wrong answer: each parameter of a replayed public function is
+    read into its key (or the condition of its lookup) or declared ``unkeyed`` with a reason."""
+    import flashinfer.decode  # noqa: F401
+
+    fn, replays = PUBLIC[op], replay.OPS[op]
+    assert _unkeyed(fn, replays) == set(), f"{op}: parameters neither keyed nor declared"
+    assert set(replays.unkeyed) <= _parameters(fn), "a declaration names no parameter"
+    assert all(reason for reason in replays.unkeyed.values())
+
+
+def test_a_parameter_added_to_a_replayed_op_fails_the_check():
+    """The check above on an op whose new parameter ``scale`` reaches its checks but not its key."""
+    replays = replay.Replays()
+
+    def op(x, out=None, scale=1.0, mode="a"):
+        key = None
+        if replays.serves(x) and out is not None:
+            options = (mode,)
+            key = (x.shape, options)
+            _REPLAYS = replays
+            _REPLAYS.find(key, (x, out))
+        return scale
+
+    assert _unkeyed(op, replays) == {"scale"}
+    assert _unkeyed(op, replay.Replays(unkeyed={"scale": "read by no rule"})) == set()

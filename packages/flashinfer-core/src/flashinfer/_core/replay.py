@@ -13,7 +13,11 @@ Rules
 -----
 - A signature holds, for every tensor argument, its shape, strides, dtype, device and pointer
   remainder mod 16 (alignment picks kernels); every other argument by value; the kernel tier the
-  environment asks for. Whatever the op's validation or implementation reads must be in it.
+  environment asks for. Whatever the op's validation or implementation reads must be in it: so
+  every parameter of the public function is, by name, unless the op's :class:`Replays` declares
+  it ``unkeyed`` with the reason. ``tests/core/test_replay.py`` reads each op's fast path and fails
+  when a parameter reaches neither its key nor that declaration (a parameter added later
+  included).
 - An op passes the signature in two parts: a *head* (the other arguments, which optional
   tensors are None: anything hashable) and its tensors. The tensors are checked by a guard built
   from the first call's (torch's own C++ tensor guard, the one ``torch.compile`` checks its
@@ -41,7 +45,7 @@ import torch
 from . import dispatch
 from .kernel_tier import requested_tier
 
-__all__ = ["ENABLED", "MAX_REPLAYS", "REPLAY_ENV", "Replay", "Replays"]
+__all__ = ["ENABLED", "MAX_REPLAYS", "OPS", "REPLAY_ENV", "Replay", "Replays"]
 
 # what an implementation function returns for a call it can repeat: called with another record of
 # the same call signature, it makes the same launches on that record's tensors
@@ -109,10 +113,27 @@ def _alignment(tensors: tuple):
     return 0 if bits & 15 == 0 else tuple(t.data_ptr() & 15 for t in tensors)
 
 
-class Replays:
-    """One op's replays by call signature (bounded; emptied when the routing is replaced)."""
+# every op's Replays, by the public function's name
+OPS: dict[str, Replays] = {}
 
-    def __init__(self):
+
+class Replays:
+    """One op's replays by call signature (bounded; emptied when the routing is replaced).
+
+    Parameters
+    ----------
+    op : str, optional
+        The public function whose calls are replayed (its name); None for a cache that is no
+        op's (tests).
+    unkeyed : mapping of str to str, optional
+        Parameters of that function left out of the key, each with the reason it may be: none
+        today.
+    """
+
+    def __init__(self, op: str | None = None, unkeyed: dict[str, str] | None = None):
+        self.op, self.unkeyed = op, dict(unkeyed or {})
+        if op is not None:
+            OPS[op] = self
         self._reset()
 
     def _reset(self) -> None:

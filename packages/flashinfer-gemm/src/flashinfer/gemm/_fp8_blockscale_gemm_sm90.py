@@ -26,7 +26,7 @@ _E4M3 = torch.float8_e4m3fn
 _BF16 = torch.bfloat16
 _OUT = (torch.bfloat16, torch.float16)
 # replays of the call signatures seen (flashinfer._core.replay)
-_REPLAYS = Replays()
+_REPLAYS = Replays("fp8_blockscale_gemm_sm90")
 
 
 def _check_shapes(input_shape, weight_shape) -> tuple:

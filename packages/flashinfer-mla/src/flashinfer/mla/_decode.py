@@ -263,7 +263,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
 
 
 # replays of the call signatures seen (flashinfer._core.replay)
-_REPLAYS = Replays()
+_REPLAYS = Replays("trtllm_batch_decode_with_kv_cache_mla")
 
 
 class _DecodeReplay(NamedTuple):

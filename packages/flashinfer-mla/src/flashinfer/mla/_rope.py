@@ -226,7 +226,7 @@ def rope_quantize_fp8(
 
 
 # replays of the call signatures seen (flashinfer._core.replay)
-_REPLAYS = Replays()
+_REPLAYS = Replays("rope_quantize_fp8")
 
 
 def _check_quant_scale(scale, name: str) -> float:
