@@ -17,6 +17,35 @@ import torch
 ROPE_OUTPUTS = ("q_rope_out", "k_rope_out", "q_nope_out", "k_nope_out")
 
 
+def rope_output_dtype(given: tuple) -> tuple[torch.dtype, str]:
+    """The dtype of the outputs ``rope_quantize_fp8`` allocates when ``quantize_dtype`` is None,
+    and the argument it comes from: the first given output's, else float8_e4m3fn (upstream)."""
+    for name, out in zip(ROPE_OUTPUTS, given):
+        if out is not None:
+            return out.dtype, name
+    return torch.float8_e4m3fn, "quantize_dtype"
+
+
+def rope_outputs(inputs: tuple, given: tuple, dtype: torch.dtype) -> tuple:
+    """``rope_quantize_fp8``'s four outputs: each one ``given``, else a contiguous tensor of its
+    input's shape (a missing nope input: its rope input's leading dimensions and width 0) and
+    ``dtype``, on the first input's device. ``inputs`` are ``(q_rope, k_rope, q_nope, k_nope)``.
+
+    The one allocation rule of the op: the eager call and the ``torch.compile`` layer use it."""
+    q_rope, k_rope, q_nope, k_nope = inputs
+    shapes = (
+        q_rope.shape,
+        k_rope.shape,
+        (*q_rope.shape[:-1], 0) if q_nope is None else q_nope.shape,
+        (*k_rope.shape[:-1], 0) if k_nope is None else k_nope.shape,
+    )
+    device = q_rope.device
+    return tuple(
+        torch.empty(shape, dtype=dtype, device=device) if out is None else out
+        for out, shape in zip(given, shapes)
+    )
+
+
 class Rope(NamedTuple):
     """RoPE on the rope parts, then scale and saturating FP8 cast of all four parts.
 

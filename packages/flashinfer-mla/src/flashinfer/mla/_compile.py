@@ -23,6 +23,7 @@ import torch
 from .._core.compile import PUBLIC, kept
 from .._core.custom_ops import Travel, public_op
 from ._args import ROPE_OUTPUTS as _ROPE_OUTPUTS
+from ._args import rope_output_dtype, rope_outputs
 
 Tensor = torch.Tensor
 
@@ -38,25 +39,15 @@ _ROPE = public_op(
 def rope_quantize_fp8(arguments: dict) -> tuple:
     """``rope_quantize_fp8`` as one node; returns the four outputs as the eager function does.
 
-    Missing outputs are allocated with the shapes of
-    their inputs (a missing nope input: its rope input's leading dimensions and width 0) and
-    ``quantize_dtype``, else the dtype of the first given output, else float8_e4m3fn.
+    Missing outputs are allocated by the op's rules (:func:`~._args.rope_output_dtype`,
+    :func:`~._args.rope_outputs`), as the eager call allocates them.
     """
-    q_rope, k_rope, q_nope, k_nope = (arguments[name] for name in ("q_rope", "k_rope", "q_nope", "k_nope"))
+    inputs = tuple(arguments[name] for name in ("q_rope", "k_rope", "q_nope", "k_nope"))
     given = tuple(arguments[name] for name in _ROPE_OUTPUTS)
     dtype = arguments["quantize_dtype"]
     if dtype is None:
-        dtype = next((out.dtype for out in given if out is not None), torch.float8_e4m3fn)
-    shapes = (
-        q_rope.shape,
-        k_rope.shape,
-        (*q_rope.shape[:-1], 0) if q_nope is None else q_nope.shape,
-        (*k_rope.shape[:-1], 0) if k_nope is None else k_nope.shape,
-    )
-    outs = tuple(
-        torch.empty(shape, dtype=dtype, device=q_rope.device) if out is None else out
-        for out, shape in zip(given, shapes)
-    )
+        dtype = rope_output_dtype(given)[0]
+    outs = rope_outputs(inputs, given, dtype)
     for name, out in zip(_ROPE_OUTPUTS, outs):
         arguments[name] = out
     arguments["is_neox"] = bool(arguments["is_neox"])

@@ -21,7 +21,7 @@ from .._core.compile import one_node
 from .._core.replay import Replays
 from ..api_logging import flashinfer_api
 from ._args import ROPE_OUTPUTS as _OUTPUTS
-from ._args import Rope
+from ._args import Rope, rope_output_dtype, rope_outputs
 from ._dispatch import DISPATCH, compile_layer
 
 __all__ = ["mla_rope_quantize_fp8", "rope_quantize_fp8"]
@@ -159,10 +159,7 @@ def rope_quantize_fp8(
     try:
         dtype_arg = "quantize_dtype"
         if quantize_dtype is None:  # upstream: the first given output's dtype, else e4m3
-            dtype_arg, quantize_dtype = next(
-                ((name, out.dtype) for name, out in zip(_OUTPUTS, given) if out is not None),
-                ("quantize_dtype", torch.float8_e4m3fn),
-            )
+            quantize_dtype, dtype_arg = rope_output_dtype(given)
         elif (
             q_rope_out is not None
             and k_rope_out is not None
@@ -194,21 +191,12 @@ def rope_quantize_fp8(
         quant_scale_q = _check_quant_scale(quant_scale_q, "quant_scale_q")
     if type(quant_scale_kv) is not float or not math.isfinite(quant_scale_kv):
         quant_scale_kv = _check_quant_scale(quant_scale_kv, "quant_scale_kv")
-    if q_rope_out is None:
-        q_rope_out = torch.empty(q_rope.shape, dtype=quantize_dtype, device=q_rope.device)
-    if k_rope_out is None:
-        k_rope_out = torch.empty(k_rope.shape, dtype=quantize_dtype, device=k_rope.device)
-    if q_nope_out is None:
-        q_nope_out = torch.empty(q_nope.shape, dtype=quantize_dtype, device=q_nope.device)
-    if k_nope_out is None:
-        k_nope_out = torch.empty(k_nope.shape, dtype=quantize_dtype, device=k_nope.device)
+    if q_rope_out is None or k_rope_out is None or q_nope_out is None or k_nope_out is None:
+        q_rope_out, k_rope_out, q_nope_out, k_nope_out = rope_outputs(inputs, given, quantize_dtype)
     if q_rope.shape[0] > 0:
         impl_replay = DISPATCH.module(q_rope.device).rope_quantize(
             Rope(
-                q_rope,
-                k_rope,
-                q_nope,
-                k_nope,
+                *inputs,
                 cos_sin_cache,
                 pos_ids,
                 bool(is_neox),
