@@ -17,7 +17,7 @@ Sections (DeepSeek-V3 shapes):
   ``batch_deepgemm_fp8_nt_groupwise`` against the dense blockwise ``torch._scaled_mm`` with the
   same total rows (equal FLOPs), and each kernel tier called directly.
 - ``blockscale``: ``fp8_blockscale_gemm_sm90`` (vLLM's DeepSeek linear layers) for m in
-  {1, 8, 16, 32, 64, 128, 512, 4096} x the four DeepSeek-V3 (n, k) of issue 18, with BF16 input
+  {1, 8, 16, 32, 64, 128, 512, 4096} x the four DeepSeek-V3 (n, k) of vLLM's linear layers, with BF16 input
   (quantized inside) and with FP8 input (W8A8), FP8 weights with 128x128 scales; anchor
   ``torch._scaled_mm`` blockwise on operands already quantized (the GEMM alone). With
   ``--upstream`` the same rows time upstream's own ``fp8_blockscale_gemm_sm90``;
@@ -40,7 +40,7 @@ Every row names its kernel tier (``tier``: ``api`` for the public API, which pic
 runs (compute capability 9.0 and the Triton of ``flashinfer._core.kernel_tier``).
 
 Timing: ``triton.testing.do_bench_cudagraph`` (CUDA events around graph replays, median): GPU
-time per call, without host overhead (``benchmarks/host_overhead.py`` measures that), as
+time per call, without host overhead (``benchmarks/host_time.py`` measures that), as
 serving engines replay these calls from CUDA graphs. Successive calls rotate through fresh
 random input sets totalling at least twice the 60 MB L2, so operands come from HBM. The physical floor
 per row is ``max(bytes / 4.3 TB/s, flops / peak)`` with the H200 peaks measured through PyTorch
@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
-import itertools
 import json
 import os
 import sys
@@ -67,41 +66,24 @@ from pathlib import Path
 
 import _deepgemm
 import torch
-from _requires import OUT, require_cuda_gpu
+from _harness import (
+    HBM_BYTES_PER_S,
+    OUT,
+    PEAK_FLOPS,
+    ceil_div,
+    cublas_block_scales,
+    fp8,
+    grouped_inputs,
+    require_cuda_gpu,
+    rotating,
+)
+from _harness import cudagraph_ms as bench
+from report_sections.gemm import markdown, plot
 
-HBM_BYTES_PER_S = 4.3e12
-L2_BYTES = 60 * 2**20
-PEAK_FLOPS = {"bf16": 790e12, "fp8": 1270e12}
-E4M3 = torch.float8_e4m3fn
 DEEPSEEK_NK = [(7168, 2048), (2112, 7168), (24576, 1536), (4096, 7168), (7168, 16384)]
 DEEPSEEK_M = [1, 16, 64, 128, 512, 4096]
 BLOCKSCALE_NK = [(7168, 2048), (2112, 7168), (24576, 1536), (4096, 7168)]
 BLOCKSCALE_M = [1, 8, 16, 32, 64, 128, 512, 4096]
-
-
-def bench(fn, input_sets) -> float:
-    """Median GPU milliseconds of one ``fn(inputs)``, replayed back to back from a CUDA graph.
-
-    Successive calls cycle through ``input_sets`` (see ``rotating``), so operands come from HBM
-    as in serving rather than from the L2 filled by the previous call.
-    """
-    import triton.testing
-
-    sets = itertools.cycle(input_sets)
-    return triton.testing.do_bench_cudagraph(lambda: fn(next(sets)), rep=20, return_mode="median")
-
-
-def rotating(make, nbytes):
-    """Enough fresh input sets from ``make()`` that one cycle reads twice the 60 MB L2."""
-    return [make() for _ in range(min(32, max(1, ceil_div(2 * L2_BYTES, nbytes))))]
-
-
-def fp8(*shape):
-    return (torch.randn(*shape, device="cuda") * 2).to(E4M3)
-
-
-def ceil_div(a, b):
-    return -(-a // b)
 
 
 def deepgemm_layout(name: str) -> str:
@@ -223,11 +205,6 @@ def tier_kernels(op: str) -> list:
     return kernels
 
 
-def cublas_block_scales(a_scale, b_scale):
-    """Scales in the layout ``torch._scaled_mm`` reads for 1x128 x 128x128 block scaling."""
-    return a_scale.t().contiguous().t(), b_scale.contiguous().t()
-
-
 def groupwise_section(table, fg, impls, deepgemm=None):
     from flashinfer.gemm._args import Groupwise
     from flashinfer.gemm.kernels.blockwise import fp8_blockwise
@@ -266,77 +243,33 @@ def groupwise_section(table, fg, impls, deepgemm=None):
             def ours_mn_fn(d):
                 fg.gemm_fp8_nt_groupwise(d["a"], d["b"], d["a_scale_mn"], d["b_scale_mn"], "MN", out=d["out"])
 
-            def triton_fn(d):
-                call = Groupwise(
-                    d["a"], d["b"], d["a_scale"], d["b_scale"], False, False, 1, 128, 128, d["out"]
+            def tier_fn(kernels, d):
+                kernels.gemm_groupwise(
+                    Groupwise(d["a"], d["b"], d["a_scale"], d["b_scale"], False, False, 1, 128, 128, d["out"])
                 )
-                fp8_blockwise.gemm_groupwise(call)
-
-            def gluon_fn(d):
-                call = Groupwise(
-                    d["a"], d["b"], d["a_scale"], d["b_scale"], False, False, 1, 128, 128, d["out"]
-                )
-                gluon[0].gemm_groupwise(call)
 
             def deepgemm_call(d):
                 return _deepgemm.dense(d["a"], d["b"], d["a_scale"], d["b_scale"], d["out"])
 
+            row = functools.partial(table.add, "groupwise", shape, flops=flops, bytes_moved=moved, peak="fp8")
             anchor = None
             if m % 4 == 0:  # cuBLASLt's block scaling needs m % 4 == 0 (see _cuda)
-                anchor = bench(anchor_fn, sets)
-                table.add(
-                    "groupwise",
-                    shape,
-                    "torch._scaled_mm blockwise",
-                    anchor,
-                    flops,
-                    moved,
-                    "fp8",
-                    tier="cublas",
-                )
-            table.add(
-                "groupwise",
-                shape,
-                "torch._scaled_mm tensorwise",
-                bench(per_tensor_fn, sets),
-                flops,
-                moved,
-                "fp8",
-                tier="cublas",
-            )
+                anchor = row("torch._scaled_mm blockwise", bench(anchor_fn, sets), tier="cublas")
+            row("torch._scaled_mm tensorwise", bench(per_tensor_fn, sets), tier="cublas")
             if deepgemm is not None:  # before our rows, which carry their speedup over it
                 deepgemm.add(
                     table, "groupwise", shape, "DeepGEMM", deepgemm_call, sets, flops, moved, ours_fn
                 )
             if gluon is not None:
-                table.add(
-                    "groupwise", shape, "ours: Gluon kernel", bench(gluon_fn, sets), flops, moved, "fp8", anchor,
+                row(
+                    "ours: Gluon kernel",
+                    bench(functools.partial(tier_fn, gluon[0]), sets),
+                    anchor,
                     tier="gluon",
-                )  # fmt: skip
-            table.add(
-                "groupwise", shape, f"ours ({impls})", bench(ours_fn, sets), flops, moved, "fp8", anchor
-            )
-            table.add(
-                "groupwise",
-                shape,
-                f"ours MN scales ({impls})",
-                bench(ours_mn_fn, sets),
-                flops,
-                moved,
-                "fp8",
-                anchor,
-            )
-            table.add(
-                "groupwise",
-                shape,
-                "ours: tl kernel",
-                bench(triton_fn, sets),
-                flops,
-                moved,
-                "fp8",
-                anchor,
-                tier="tl",
-            )
+                )
+            row(f"ours ({impls})", bench(ours_fn, sets), anchor)
+            row(f"ours MN scales ({impls})", bench(ours_mn_fn, sets), anchor)
+            row("ours: tl kernel", bench(functools.partial(tier_fn, fp8_blockwise), sets), anchor, tier="tl")
 
 
 def bmm_fp8_section(table, fg, impls, who="ours"):
@@ -396,29 +329,24 @@ def mla_section(table, fg, impls, who="ours"):
             def ours16_fn(d):
                 fg.bmm_bf16(d["x16"], d["w16"].transpose(1, 2), out=d["out"])
 
-            anchor = bench(anchor_fn, sets)
-            table.add("mla", shape, "torch.bmm bf16", anchor, flops, moved16, "bf16", tier="cublas")
-            table.add(
-                "mla", shape, f"{who} bmm_fp8 ({impls})", bench(ours_fn, sets), flops, moved, "fp8", anchor
+            row = functools.partial(table.add, "mla", shape, flops=flops, bytes_moved=moved, peak="fp8")
+            anchor = row(
+                "torch.bmm bf16", bench(anchor_fn, sets), tier="cublas", bytes_moved=moved16, peak="bf16"
             )
-            if who == "ours":  # each of our kernel tiers called directly
+            row(f"{who} bmm_fp8 ({impls})", bench(ours_fn, sets), anchor)
+            if who == "ours":  # each of our kernel tiers called directly; upstream's bmm_bf16 needs cuDNN
                 for name, tier, kernel in tier_kernels("bmm"):
-                    table.add(
-                        "mla", shape, f"ours bmm_fp8: {name}", tier=tier, flops=flops, bytes_moved=moved, peak="fp8",
-                        ms=bench(lambda d, kernel=kernel: kernel(d["x"], d["w"].transpose(1, 2), one, one, d["out"]),
-                                 sets),
-                        anchor_ms=anchor,
-                    )  # fmt: skip
-            if who == "ours":  # upstream's bmm_bf16 needs cuDNN's frontend
-                table.add(
-                    "mla",
-                    shape,
+                    ms = bench(
+                        lambda d, kernel=kernel: kernel(d["x"], d["w"].transpose(1, 2), one, one, d["out"]),
+                        sets,
+                    )
+                    row(f"ours bmm_fp8: {name}", ms, anchor, tier=tier)
+                row(
                     f"ours bmm_bf16 ({impls})",
                     bench(ours16_fn, sets),
-                    flops,
-                    moved16,
-                    "bf16",
                     anchor,
+                    bytes_moved=moved16,
+                    peak="bf16",
                 )
 
 
@@ -455,24 +383,6 @@ GROUPED_NK = [(4096, 7168), (7168, 2048)]
 GROUPED_SIZES = [(4, 1024), (8, 512), (8, 1024), (16, 256), (32, 256), (4, 8192), (32, 512)]
 
 
-def grouped_inputs(groups, rows, n, k) -> dict:
-    """One input set of the grouped GEMMs: ``groups`` groups of ``rows`` rows (K-major A scales),
-    their ``m_indices``, ``m_indptr`` and ``masked_m``, and cuBLASLt's scales of the dense GEMM of
-    equal FLOPs (``sa``, ``sb``: all rows against group 0's weight)."""
-    total = groups * rows
-    b = fp8(groups, n, k)
-    b_scale = torch.rand(groups, n // 128, k // 128, device="cuda") + 0.5
-    a = fp8(total, k)
-    a_scale = torch.rand(total, k // 128, device="cuda") + 0.5
-    sa, sb = cublas_block_scales(a_scale, b_scale[0])
-    out = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
-    m_indices = torch.arange(groups, device="cuda", dtype=torch.int32).repeat_interleave(rows)
-    m_indptr = torch.arange(groups + 1, device="cuda", dtype=torch.int32) * rows
-    masked_m = torch.full((groups,), rows, device="cuda", dtype=torch.int32)
-    return dict(a=a, b=b, a_scale=a_scale, b_scale=b_scale, sa=sa, sb=sb, out=out, m_indices=m_indices,
-                m_indptr=m_indptr, masked_m=masked_m)  # fmt: skip
-
-
 def grouped_section(table, fg, impls, deepgemm=None):
     if deepgemm is not None:
         deepgemm.precompile(
@@ -502,82 +412,48 @@ def grouped_section(table, fg, impls, deepgemm=None):
                 )
 
             def segments_fn(d):
-                fg.group_gemm_fp8_nt_groupwise(
-                    d["a"],
-                    d["b"],
-                    d["a_scale"],
-                    d["b_scale"],
-                    d["m_indptr"],
-                    scale_major_mode="K",
-                    out=d["out"],
-                )
+                fg.group_gemm_fp8_nt_groupwise(d["a"], d["b"], d["a_scale"], d["b_scale"], d["m_indptr"],
+                                               scale_major_mode="K", out=d["out"])  # fmt: skip
 
             def contiguous_kernel(kernel, d):
                 kernel(d["a"], d["b"], d["a_scale"], d["b_scale"], d["m_indices"], d["out"])
 
-            def masked_kernel(kernel, d, groups=groups, rows=rows, n=n):
-                kernel(
-                    d["a"].view(groups, rows, -1), d["b"], d["a_scale"].view(groups, rows, -1), d["b_scale"],
-                    d["masked_m"], rows, d["out"].view(groups, rows, n),
-                )  # fmt: skip
+            def masked_args(d, groups=groups, rows=rows, n=n):  # the masked calls' tensors, in order
+                return (d["a"].view(groups, rows, -1), d["b"], d["a_scale"].view(groups, rows, -1), d["b_scale"],
+                        d["masked_m"], rows, d["out"].view(groups, rows, n))  # fmt: skip
 
-            def masked_fn(d, groups=groups, rows=rows, n=n):
-                fg.batch_deepgemm_fp8_nt_groupwise(
-                    d["a"].view(groups, rows, -1), d["b"], d["a_scale"].view(groups, rows, -1), d["b_scale"],
-                    d["masked_m"], rows, out=d["out"].view(groups, rows, n),
-                )  # fmt: skip
+            def masked_kernel(kernel, d):
+                kernel(*masked_args(d))
+
+            def masked_fn(d):
+                *args, out = masked_args(d)
+                fg.batch_deepgemm_fp8_nt_groupwise(*args, out=out)
 
             def deepgemm_contiguous(d):
                 return _deepgemm.contiguous(
                     d["a"], d["b"], d["a_scale"], d["b_scale"], d["m_indices"], d["out"]
                 )
 
-            def deepgemm_masked(d, groups=groups, rows=rows, n=n):
-                return _deepgemm.masked(
-                    d["a"].view(groups, rows, -1), d["b"], d["a_scale"].view(groups, rows, -1), d["b_scale"],
-                    d["masked_m"], rows, d["out"].view(groups, rows, n),
-                )  # fmt: skip
-
             def masked_rows(d, rows=rows):  # the rows of out (groups x rows) below each masked_m
                 return (torch.arange(rows, device="cuda") < d["masked_m"][:, None]).flatten()
 
-            anchor = bench(anchor_fn, sets)
+            row = functools.partial(table.add, "grouped", shape, flops=flops, bytes_moved=moved, peak="fp8")
             dense_moved = total * k + n * k + 2 * total * n
-            table.add(
-                "grouped",
-                shape,
-                "dense blockwise _scaled_mm",
-                anchor,
-                flops,
-                dense_moved,
-                "fp8",
-                tier="cublas",
+            anchor = row(
+                "dense blockwise _scaled_mm", bench(anchor_fn, sets), tier="cublas", bytes_moved=dense_moved
             )
             if deepgemm is not None:  # before our rows, which carry their speedup over it
                 deepgemm.add(table, "grouped", shape, "DeepGEMM contiguous", deepgemm_contiguous, sets, flops, moved,
                              contiguous_fn, valid=lambda d: d["m_indices"] >= 0)  # fmt: skip
-                deepgemm.add(table, "grouped", shape, "DeepGEMM masked", deepgemm_masked, sets, flops, moved,
-                             masked_fn, valid=masked_rows)  # fmt: skip
-            table.add("grouped", shape, f"ours contiguous ({impls})", bench(contiguous_fn, sets), flops, moved, "fp8",
-                      anchor)  # fmt: skip
-            table.add("grouped", shape, f"ours group_gemm m_indptr ({impls})", bench(segments_fn, sets), flops, moved,
-                      "fp8", anchor)  # fmt: skip
-            table.add(
-                "grouped",
-                shape,
-                f"ours masked ({impls})",
-                bench(masked_fn, sets),
-                flops,
-                moved,
-                "fp8",
-                anchor,
-            )
+                deepgemm.add(table, "grouped", shape, "DeepGEMM masked", lambda d: _deepgemm.masked(*masked_args(d)),
+                             sets, flops, moved, masked_fn, valid=masked_rows)  # fmt: skip
+            row(f"ours contiguous ({impls})", bench(contiguous_fn, sets), anchor)
+            row(f"ours group_gemm m_indptr ({impls})", bench(segments_fn, sets), anchor)
+            row(f"ours masked ({impls})", bench(masked_fn, sets), anchor)
             for layout, fn in (("contiguous", contiguous_kernel), ("masked", masked_kernel)):
                 for name, tier, kernel in tier_kernels(layout):
-                    table.add(
-                        "grouped", shape, f"ours {layout}: {name}", tier=tier, flops=flops, bytes_moved=moved,
-                        peak="fp8", ms=bench(lambda d, kernel=kernel, fn=fn: fn(kernel, d), sets), anchor_ms=anchor,
-                    )  # fmt: skip
+                    ms = bench(lambda d, kernel=kernel, fn=fn: fn(kernel, d), sets)
+                    row(f"ours {layout}: {name}", ms, anchor, tier=tier)
 
 
 def blockscale_section(table, fg, impls, who="ours"):
@@ -612,14 +488,14 @@ def blockscale_section(table, fg, impls, who="ours"):
             def fp8_input_fn(d):
                 fg.fp8_blockscale_gemm_sm90(d["x"], d["w"], d["x_scale"], d["w_scale"], out=d["out"])
 
+            row = functools.partial(
+                table.add, "blockscale", shape, flops=flops, bytes_moved=moved, peak="fp8"
+            )
             anchor = None
             if who == "ours" and m % 4 == 0:  # cuBLASLt's block scaling needs m % 4 == 0 (see _cuda)
-                anchor = bench(anchor_fn, sets)
-                table.add("blockscale", shape, "torch._scaled_mm blockwise", anchor, flops, moved, "fp8")
-            table.add("blockscale", shape, f"{who} bf16 input ({impls})", bench(bf16_input_fn, sets), flops,
-                      moved16, "fp8", anchor)  # fmt: skip
-            table.add("blockscale", shape, f"{who} fp8 input ({impls})", bench(fp8_input_fn, sets), flops, moved,
-                      "fp8", anchor)  # fmt: skip
+                anchor = row("torch._scaled_mm blockwise", bench(anchor_fn, sets))
+            row(f"{who} bf16 input ({impls})", bench(bf16_input_fn, sets), anchor, bytes_moved=moved16)
+            row(f"{who} fp8 input ({impls})", bench(fp8_input_fn, sets), anchor)
 
 
 def compare(rows, upstream_rows) -> str:
@@ -687,66 +563,6 @@ def reference_section(table):
                   moved, "fp8", tier="reference")  # fmt: skip
         table.add("reference", f"groupwise m={m} n={n} k={k}", "reference (float32)", bench(groupwise_fn, sets),
                   flops, moved, "fp8", tier="reference")  # fmt: skip
-
-
-def plot(rows, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sections = [
-        s
-        for s in ("groupwise", "bmm_fp8", "mla", "bf16", "grouped", "blockscale")
-        if any(r["section"] == s for r in rows)
-    ]
-    fig, axes = plt.subplots(len(sections), 1, figsize=(16, 4.5 * len(sections)))
-    for ax, section in zip(axes if len(sections) > 1 else [axes], sections):
-        sub = [r for r in rows if r["section"] == section]
-        shapes = list(dict.fromkeys(r["shape"] for r in sub))
-        impls = list(dict.fromkeys(r["impl"] for r in sub))
-        width = 0.8 / len(impls)
-        for i, impl in enumerate(impls):
-            values = {r["shape"]: r["tflops"] for r in sub if r["impl"] == impl}
-            xs = [j + i * width for j, s in enumerate(shapes) if s in values]
-            ax.bar(xs, [values[s] for s in shapes if s in values], width, label=impl)
-        ax.set_xticks([j + 0.4 for j in range(len(shapes))])
-        ax.set_xticklabels(shapes, rotation=60, ha="right", fontsize=6)
-        ax.set_ylabel("TFLOP/s")
-        ax.set_title(f"{section} (H200)")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def markdown(rows) -> str:
-    """One table per section: shapes down, implementations across (us and TFLOP/s), the floor."""
-    lines = []
-    for section in dict.fromkeys(r["section"] for r in rows):
-        sub = [r for r in rows if r["section"] == section]
-        impls = list(dict.fromkeys(r["impl"] for r in sub))
-        deepgemm = any("vs_deepgemm" in r for r in sub)
-        versus = " | ours / DeepGEMM |" if deepgemm else " |"
-        lines += [
-            f"\n#### {section}\n",
-            "| shape | floor us | " + " | ".join(impls) + " | ours / anchor" + versus,
-        ]
-        lines.append("|---" * (len(impls) + 3 + deepgemm) + "|")
-        for shape in dict.fromkeys(r["shape"] for r in sub):
-            cells = {r["impl"]: r for r in sub if r["shape"] == shape}
-            first = next(iter(cells.values()))
-            row = [shape, f"{first['floor_ms'] * 1e3:.1f}"]
-            row += [
-                f"{cells[i]['ms'] * 1e3:.1f} ({cells[i]['tflops']:.0f})" if i in cells else "" for i in impls
-            ]
-            ratios = [f"{r['vs_anchor']:.2f}x" for r in cells.values() if r["vs_anchor"]]
-            row.append(" / ".join(ratios))
-            if deepgemm:
-                row.append(
-                    " / ".join(f"{r['vs_deepgemm']:.2f}x" for r in cells.values() if "vs_deepgemm" in r)
-                )
-            lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def replot(paths: list[str], out_dir: Path) -> None:

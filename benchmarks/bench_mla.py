@@ -37,107 +37,44 @@ Run::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime
 import functools
 import json
 import math
 import os
-import sys
-import time
 
 import torch
-from _requires import OUT, require_cuda_gpu
-from _tables import markdown, packed_markdown, plot
-
-require_cuda_gpu("bench_mla.py")  # before Triton is imported
-import triton  # noqa: E402
-from triton.testing import do_bench  # noqa: E402
-
-TOPK = 2048
-SLOTS_PER_REQUEST = 32768
-D_V, D_ROPE = 512, 64
-DIM = D_V + D_ROPE
-# dense peaks as measured through PyTorch on an H200 (design.md); copy bandwidth is measured
-PEAK_TFLOPS = {"fp8": 1270.0, "bf16": 790.0}
-DTYPES = {"fp8": torch.float8_e4m3fn, "bf16": torch.bfloat16}
-WORKSPACE_BYTES = 128 << 20
-
-
-def median_ms(fn) -> float:
-    return do_bench(fn, warmup=25, rep=100, return_mode="median")
-
-
-def copy_bandwidth(nbytes: int = 4 << 30) -> float:
-    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written."""
-    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    return nbytes / (median_ms(lambda: dst.copy_(src)) * 1e-3)
-
-
-# ----------------------------------------------------------------------------- sparse decode
-
-
-def sparse_case(batch, heads, q_len, dtype, topk=TOPK, seed=0, with_kv=True):
-    """Fresh random inputs: each request's indices point into its own 32768-slot region."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    slots = batch * SLOTS_PER_REQUEST
-    kv = (torch.randn(slots, DIM, device="cuda", generator=gen) * 0.5).to(dtype) if with_kv else None
-    query = (torch.randn(batch, q_len, heads, DIM, device="cuda", generator=gen) * 0.5).to(dtype)
-    local = torch.randint(0, SLOTS_PER_REQUEST, (batch, q_len, topk), device="cuda", generator=gen)
-    base = torch.arange(batch, device="cuda")[:, None, None] * SLOTS_PER_REQUEST
-    indices = (local + base).to(torch.int32)
-    seq_lens = torch.full((batch,), 4096, dtype=torch.int32, device="cuda")
-    out = torch.empty(batch, q_len, heads, D_V, dtype=torch.bfloat16, device="cuda")
-    lse = torch.empty(batch, q_len, heads, dtype=torch.float32, device="cuda")
-    workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
-    return {
-        "query": query, "kv": kv, "indices": indices, "seq_lens": seq_lens,
-        "bmm1_scale": 1.0 / math.sqrt(192), "bmm2_scale": 1.0, "sinks": None,
-        "out": out, "lse": lse, "workspace": workspace,
-    }  # fmt: skip
-
-
-def run_sparse(impl, case, plan):
-    """One sparse decode through ``impl`` (``_cuda`` or ``_reference``), the pool as one-token pages."""
-    from flashinfer.mla._args import Decode
-
-    c = case
-    impl.sparse_decode(
-        Decode(c["query"], c["kv"].unsqueeze(1), c["indices"], c["seq_lens"], c["bmm1_scale"], c["bmm2_scale"],
-               c["sinks"], c["out"], c["lse"], plan, c["workspace"])
-    )  # fmt: skip
-
-
-def oracle_error(case) -> float:
-    """max |out - ref| / max |ref| against a float64 oracle (first two query rows)."""
-    q, kv, idx = case["query"], case["kv"], case["indices"]
-    worst = 0.0
-    for b in range(min(2, q.shape[0])):
-        keys = kv[idx[b, -1].long()].double()
-        s = case["bmm1_scale"] * q[b, -1].double() @ keys.T
-        ref = torch.softmax(s, -1) @ keys[:, :D_V]
-        err = (case["out"][b, -1].double() - ref).abs().max() / ref.abs().max()
-        worst = max(worst, err.item())
-    return worst
-
-
-def decode_roofline(batch, heads, q_len, kind, copy_bw, topk=TOPK):
-    elt = 1 if kind == "fp8" else 2
-    tokens = batch * q_len
-    nbytes = tokens * (heads * DIM * elt + topk * DIM * elt + heads * D_V * 2)
-    flops = 2.0 * heads * topk * (DIM + D_V) * tokens
-    floor_ms = max(nbytes / copy_bw, flops / (PEAK_TFLOPS[kind] * 1e12)) * 1e3
-    return nbytes, flops, floor_ms
-
+from _harness import (
+    D_V,
+    DIM,
+    DTYPES,
+    OUT,
+    PACKED_ROW,
+    PEAK_FLOPS,
+    TOPK,
+    copy_bandwidth,
+    decode_record,
+    decode_roofline,
+    eager_wall_us,
+    flashmla_decode,
+    graph_time_ms,
+    jit_launch,
+    median_ms,
+    oracle_error,
+    packed_case,
+    require_cuda_gpu,
+    rope_case,
+    run_packed,
+    run_sparse,
+    sparse_case,
+)
+from report_sections.mla import markdown, packed_markdown, plot
 
 # (dtype, batch, heads, q_len) of the targets, for a short run
 TARGET_SHAPES = [("fp8", 128, 128, 1), ("fp8", 128, 64, 1), ("fp8", 1, 128, 1), ("fp8", 128, 16, 1),
                  ("fp8", 32, 128, 2), ("bf16", 128, 128, 1), ("bf16", 8, 16, 1)]  # fmt: skip
-
-
-# (batch, heads, q_len) of the packed decode's targets: FlashMLA's side by side (issue 30)
+# (batch, heads, q_len) of the packed decode's targets, FlashMLA's side by side
 PACKED_TARGET_SHAPES = [(1, 128, 1), (32, 128, 1), (128, 128, 1), (128, 64, 1), (64, 64, 1), (32, 128, 2),
                         (128, 128, 2)]  # fmt: skip
 
@@ -149,23 +86,17 @@ def decode_shapes(targets_only):
             for batch in (1, 8, 32, 64, 128)]  # fmt: skip
 
 
-def kernel_and_plan(case, plan):
-    """The decode kernel module that runs ``case`` (its tier) and that kernel's plan."""
-    from flashinfer.mla._args import Decode
-
-    c = case
-    call = Decode(c["query"], c["kv"].unsqueeze(1), c["indices"], c["seq_lens"], c["bmm1_scale"], c["bmm2_scale"],
-                  c["sinks"], c["out"], c["lse"], plan, c["workspace"])  # fmt: skip
-    kernel, kernel_plan, _ = _cuda._decode_kernel(call, paged=False)
-    return kernel, kernel_plan
-
-
 def bench_decode(copy_bw, rows, reference_shapes, targets_only):
+    """Each decode shape through ``_cuda``: median, in a graph, eager at batch 1, the reference's
+    time on ``reference_shapes``."""
+    from flashinfer.mla import _cuda, _reference
+
     for kind, batch, heads, q_len in decode_shapes(targets_only):
         dtype = DTYPES[kind]
         case = sparse_case(batch, heads, q_len, dtype, seed=len(rows))
         plan = _cuda.decode_plan(batch, q_len, heads, TOPK, case["query"].device)
-        kernel, kernel_plan = kernel_and_plan(case, plan)
+        # the kernel module of the tier that runs this case, and its plan
+        kernel, kernel_plan, _ = _cuda._decode_kernel(decode_record(case, plan), paged=False)
         run_sparse(_cuda, case, plan)
         err = oracle_error(case)
         ms = median_ms(lambda case=case, plan=plan: run_sparse(_cuda, case, plan))
@@ -203,28 +134,6 @@ def bench_decode(copy_bw, rows, reference_shapes, targets_only):
 
 # ----------------------------------------------------------------------------- packed cache
 
-PACKED_ROW = 656
-
-
-def packed_case(batch, heads, q_len, topk=TOPK, seed=0):
-    """``sparse_case``'s shape on the packed 656-byte rows: random e4m3 codes, power-of-two
-    scales (DeepSeek-V3.2's), bf16 RoPE values; a bf16 query; every column active."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    slots = batch * SLOTS_PER_REQUEST
-    rows = torch.empty(slots, PACKED_ROW, dtype=torch.uint8, device="cuda")
-    for start in range(0, slots, 1 << 20):  # in chunks: the float32 temporaries of all rows are 9 GB
-        part = slice(start, min(slots, start + (1 << 20)))
-        n = part.stop - start
-        codes = (torch.randn(n, D_V, device="cuda", generator=gen) * 60).clamp(-448, 448)
-        scales = torch.pow(2.0, torch.randint(-10, -5, (n, 4), device="cuda", generator=gen).float())
-        rope = (torch.randn(n, D_ROPE, device="cuda", generator=gen) * 0.5).bfloat16()
-        rows[part, :D_V] = codes.to(torch.float8_e4m3fn).view(torch.uint8)
-        rows[part, D_V : D_V + 16] = scales.view(torch.uint8)
-        rows[part, D_V + 16 :] = rope.view(torch.uint8)
-    case = sparse_case(batch, heads, q_len, torch.bfloat16, topk, seed + 1, with_kv=False)
-    case.update(rows=rows, bmm1_scale=DIM**-0.5)
-    return case
-
 
 def padded_pages(rows, page_size=64):
     """FlashMLA's cache layout of the same rows: pages of ``page_size`` rows, ``page_size + 1``
@@ -234,18 +143,6 @@ def padded_pages(rows, page_size=64):
     paged = storage.as_strided((pages, page_size, PACKED_ROW), ((page_size + 1) * PACKED_ROW, PACKED_ROW, 1))
     paged.copy_(rows[: pages * page_size].view(pages, page_size, PACKED_ROW))
     return paged
-
-
-def run_packed(case, plan, cache):
-    """One packed-cache decode through ``_cuda`` on ``cache``: the pool of 656-byte rows as
-    one-row pages, or :func:`padded_pages` of it."""
-    from flashinfer.mla._args import Decode
-
-    c = case
-    _cuda.packed_sparse_decode(
-        Decode(c["query"], cache, c["indices"], None, c["bmm1_scale"], 1.0, None, c["out"],
-               c["lse"], plan, c["workspace"])
-    )  # fmt: skip
 
 
 def unpack(rows):
@@ -267,39 +164,12 @@ def packed_error(case, out) -> float:
     return worst
 
 
-def flashmla_decode(case):
-    """FlashMLA's sparse FP8 decode on the case's bytes; ``(call, heads it runs)``."""
-    # a sparse-decode-only build (flashmla_anchor.sh, FLASHMLA_PART=sparse-decode) may leave
-    # functions of the units it skips unresolved: they are bound when called, and never are
-    flags = sys.getdlopenflags()
-    sys.setdlopenflags(os.RTLD_LAZY)
-    try:
-        import flash_mla
-    finally:
-        sys.setdlopenflags(flags)
-
-    query = case["query"]
-    batch, q_len, heads, _ = query.shape
-    padded = 64 if heads <= 64 else 128  # its kernels take 64 or 128 heads
-    if padded != heads:
-        query = torch.cat((query, query.new_zeros(batch, q_len, padded - heads, DIM)), 2)
-    k_cache = case["rows"].view(-1, 64, 1, PACKED_ROW)
-    sched, _ = flash_mla.get_mla_metadata()
-
-    def call():
-        return flash_mla.flash_mla_with_kvcache(
-            query, k_cache, None, None, D_V, sched, None, softmax_scale=case["bmm1_scale"], causal=False,
-            is_fp8_kvcache=True, indices=case["indices"],
-        )  # fmt: skip
-
-    return call, padded
-
-
 def bench_packed(copy_bw, rows, args):
     """Each shape on each cache layout of ``args.layouts`` (``dense``: one-row pages; ``padded``:
     FlashMLA's pages of 64 rows, 65 apart) and kernel tier of ``args.tiers``
     (``FLASHINFER_KERNEL_TIER``), FlashMLA (``args.flashmla``) once per shape."""
     from flashinfer._core.kernel_tier import KERNEL_TIER_ENV
+    from flashinfer.mla import _cuda
 
     targets_only, with_flashmla = args.targets_only, args.flashmla
     tiers, layouts = args.tiers.split(","), args.layouts.split(",")
@@ -311,7 +181,7 @@ def bench_packed(copy_bw, rows, args):
         tokens = batch * q_len
         nbytes = tokens * (heads * DIM * 2 + TOPK * PACKED_ROW + heads * D_V * 2)
         flops = 2.0 * heads * TOPK * (DIM + D_V) * tokens
-        floor_ms = max(nbytes / copy_bw, flops / (PEAK_TFLOPS["bf16"] * 1e12)) * 1e3
+        floor_ms = max(nbytes / copy_bw, flops / PEAK_FLOPS["bf16"]) * 1e3
         anchor = {}
         if with_flashmla:
             call, padded = flashmla_decode(case)
@@ -374,6 +244,8 @@ def tune(copy_bw, rows):
     """Time candidate tiles at the plan's split count on the key decode shapes, then the best
     tile at half and twice that count. The batch-128 shapes try every tile; the others only the
     two fastest so far of their class (each tile costs a compile)."""
+    from flashinfer.mla import _cuda
+
     os.environ["FLASHINFER_KERNEL_TIER"] = "tl"  # the tiles tuned here are the portable kernel's
     ranking = {}  # (dtype, many heads) -> {tile: summed time}
     for kind, dtype in DTYPES.items():
@@ -402,6 +274,11 @@ def tune(copy_bw, rows):
 
 def tune_one(copy_bw, rows, kind, case, batch, heads, tile, splits):
     """Time one (tile, splits) on ``case``; None when it does not compile or fit."""
+    import triton
+
+    from flashinfer.mla import _cuda
+    from flashinfer.mla.kernels import mla_decode
+
     block_h, block_n, warps, stages, upcast_qk = tile
     config = mla_decode.DecodeConfig(block_h, block_n, warps, stages, 1, bool(upcast_qk))
     plan = _cuda.DecodePlans(mla_decode.DecodePlan(splits, triton.cdiv(heads, block_h), config, config), None)
@@ -428,88 +305,13 @@ def tune_one(copy_bw, rows, kind, case, batch, heads, tile, splits):
 # ----------------------------------------------------------------------------- RoPE
 
 
-def rope_case(tokens, heads=128, with_record=True):
-    """sglang's call: transposed q_nope, q_rope sliced from [T, H, 192], 2-D K slices of a
-    576-wide latent row, q outputs as slices of one [T, H, 576] FP8 buffer; ``(public kwargs, our
-    internal record (None without ``with_record``: upstream's process), bytes moved)``."""
-    dev = "cuda"
-    q_nope = torch.randn(heads, tokens, D_V, dtype=torch.bfloat16, device=dev).transpose(0, 1)
-    q_rope = torch.randn(tokens, heads, 192, dtype=torch.bfloat16, device=dev)[..., 128:]
-    latent = torch.randn(tokens, DIM, dtype=torch.bfloat16, device=dev)
-    k_nope, k_rope = latent[:, :D_V], latent[:, D_V:]
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, D_ROPE, 2, device=dev).float() / D_ROPE))
-    angles = torch.arange(65536, device=dev).float()[:, None] * inv_freq[None, :]
-    cos_sin = torch.cat((angles.cos(), angles.sin()), -1)
-    pos = torch.randint(0, 65536, (tokens,), device=dev)
-    q_out = torch.empty(tokens, heads, DIM, dtype=torch.float8_e4m3fn, device=dev)
-    k_rope_out = torch.empty(tokens, D_ROPE, dtype=torch.float8_e4m3fn, device=dev)
-    k_nope_out = torch.empty(tokens, D_V, dtype=torch.float8_e4m3fn, device=dev)
-    public = {
-        "q_rope": q_rope, "k_rope": k_rope, "q_nope": q_nope, "k_nope": k_nope,
-        "cos_sin_cache": cos_sin, "pos_ids": pos, "is_neox": False,
-        "quantize_dtype": torch.float8_e4m3fn, "q_rope_out": q_out[..., D_V:], "k_rope_out": k_rope_out,
-        "q_nope_out": q_out[..., :D_V], "k_nope_out": k_nope_out,
-    }  # fmt: skip
-    nbytes = tokens * (heads + 1) * DIM * (2 + 1)
-    if not with_record:
-        return public, None, nbytes
-    from flashinfer.mla._args import Rope
-
-    internal = Rope(
-        q_rope, k_rope, q_nope, k_nope, cos_sin, pos, False, 1.0, 1.0,
-        q_out[..., D_V:], k_rope_out, q_out[..., :D_V], k_nope_out,
-    )  # fmt: skip
-    return public, internal, nbytes
-
-
-def graph_time_ms(fn, calls=20) -> float:
-    """Per-call time of ``calls`` launches captured in one CUDA graph (median of replays)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    return median_ms(graph.replay) / calls
-
-
-def eager_wall_us(fn, calls=2000, batches=1) -> float:
-    """Wall time per call of ``calls`` back-to-back eager calls (host overhead included),
-    synchronized before and after each batch; the best of ``batches``."""
-    for _ in range(50):
-        fn()
-    best = float("inf")
-    for _ in range(batches):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - start) / calls * 1e6)
-    return best
-
-
-def decode_api_call(case):
-    """The public decode call on ``sparse_case``'s tensors as an engine makes it at decode time
-    (``metadata=`` and ``out=`` given, the cache as one-row pages): a callable."""
-    import flashinfer.decode
-
-    topk = case["indices"].shape[-1]
-    metadata = flashinfer.decode.get_batch_decode_metadata_mla(case["query"], case["seq_lens"], topk)
-    public = dict(
-        query=case["query"], kv_cache=case["kv"].view(-1, 1, case["kv"].shape[-1]), workspace_buffer=case["workspace"],
-        qk_nope_head_dim=128, kv_lora_rank=512, qk_rope_head_dim=64, block_tables=case["indices"],
-        seq_lens=case["seq_lens"], max_seq_len=4096, sparse_mla_top_k=topk, out=case["out"],
-        bmm1_scale=case["bmm1_scale"], bmm2_scale=1.0, metadata=metadata,
-    )  # fmt: skip
-    return lambda: flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(**public)
-
-
 def bench_rope(copy_bw, rows, upstream=False):
+    """RoPE + quantize by tokens: kernel median against a copy of its bytes, in a graph, eager."""
     import flashinfer.rope
+
+    if not upstream:
+        from flashinfer.mla import _cuda
+        from flashinfer.mla.kernels import rope_quantize as rope_kernels
 
     for tokens in (1, 128, 1024, 4096, 16384):
         public, internal, nbytes = rope_case(tokens, with_record=not upstream)
@@ -547,19 +349,6 @@ def bench_rope(copy_bw, rows, upstream=False):
         )
 
 
-@contextlib.contextmanager
-def jit_launch(*launchers):
-    """Launch through ``kernel[grid]`` (Triton's dispatcher) instead of the cached kernel."""
-    saved = [launcher.enabled for launcher in launchers]
-    for launcher in launchers:
-        launcher.enabled = False
-    try:
-        yield
-    finally:
-        for launcher, enabled in zip(launchers, saved):
-            launcher.enabled = enabled
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", str(OUT)))
@@ -578,11 +367,8 @@ def main():
     )
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    if not args.upstream:
-        global _cuda, _reference, mla_decode, rope_kernels
-        from flashinfer.mla import _cuda, _reference
-        from flashinfer.mla.kernels import mla_decode
-        from flashinfer.mla.kernels import rope_quantize as rope_kernels
+    require_cuda_gpu("bench_mla.py")
+    import triton
 
     copy_bw = copy_bandwidth()
     meta = {

@@ -23,15 +23,10 @@ import hashlib
 import importlib.util
 import json
 import os
-import sys
-from pathlib import Path
 
 import torch
+from _harness import OUT, ROOT, require_cuda_gpu, tests_on_path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _requires import OUT, require_cuda_gpu  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM_TEST = ROOT / "benchmarks/.anchor/upstream/tests/attention/test_trtllm_gen_mla.py"
 TIERS = ("gluon", "tl")
 BF16, E4M3 = torch.bfloat16, torch.float8_e4m3fn
@@ -95,7 +90,7 @@ def upstream_case(module, case, repeats):
 
 def lse_sample(name):
     """(LSE error over max(1, max |lse|), output error over max |out|) of one op-table sample."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    tests_on_path()
     import mla_ops
     import optable
 

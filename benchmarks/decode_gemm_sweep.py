@@ -23,24 +23,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import itertools
 import json
 import sys
 import time
 from pathlib import Path
 
 import torch
-from _requires import OUT, require_cuda_gpu
+from _harness import HBM_BYTES_PER_S, OUT, ceil_div, cudagraph_ms, require_cuda_gpu, rotating
 
-HBM_BYTES_PER_S = 4.3e12
-L2_BYTES = 60 * 2**20
 NK = [(7168, 2048), (2112, 7168), (24576, 1536), (4096, 7168), (7168, 16384)]
 MS = [1, 8, 16, 32, 64, 128, 256]
 SMEM_BUDGET = 210 * 1024  # of the 227 KB a program may hold, room left for the kernel's own
-
-
-def ceil_div(a, b):
-    return -(-a // b)
 
 
 def candidates(m, n, k, num_sms, decode):
@@ -124,7 +117,6 @@ def main() -> None:
     args = parser.parse_args()
     require_cuda_gpu("decode_gemm_sweep.py")
     import triton
-    import triton.testing
 
     from flashinfer._core.kernel_tier import gluon_supported
     from flashinfer.gemm._args import Groupwise
@@ -164,14 +156,11 @@ def main() -> None:
                 return Groupwise(a, b, sa, sb, False, False, 1, 128, 128, out)
 
             nbytes = m * k + n * k
-            sets = [make() for _ in range(min(32, max(2, ceil_div(2 * L2_BYTES, nbytes))))]
+            sets = rotating(make, nbytes, least=2)
             floor_us = (nbytes + 2 * m * n) / HBM_BYTES_PER_S * 1e6
 
             def time_us(fn, rep=20, sets=sets):
-                cycle = itertools.cycle(sets)
-                return 1e3 * triton.testing.do_bench_cudagraph(
-                    lambda: fn(next(cycle)), rep=rep, return_mode="median"
-                )
+                return 1e3 * cudagraph_ms(fn, sets, rep)
 
             shape = {"m": m, "n": n, "k": k}
             anchors = {}

@@ -25,16 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
+import _harness as h
 import torch
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _requires import OUT, require_cuda_gpu  # noqa: E402
-
-require_cuda_gpu("decode_qk_precision.py")  # before bench_mla imports Triton
-import bench_mla  # noqa: E402
-from decode_accuracy import lse_sample  # noqa: E402
+from decode_accuracy import lse_sample
 
 SAMPLES = (
     "fp8_heads80_padded",
@@ -62,16 +56,17 @@ def timed(case, plan) -> tuple[float, float]:
     """(error against the float64 oracle, CUDA-graph median in us) of one decode case."""
     from flashinfer.mla import _cuda
 
-    bench_mla.run_sparse(_cuda, case, plan)
-    err = bench_mla.oracle_error(case)
-    return err, bench_mla.graph_time_ms(lambda: bench_mla.run_sparse(_cuda, case, plan)) * 1e3
+    h.run_sparse(_cuda, case, plan)
+    err = h.oracle_error(case)
+    return err, h.graph_time_ms(lambda: h.run_sparse(_cuda, case, plan)) * 1e3
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", str(OUT)))
+    parser.add_argument("--out", default=os.environ.get("OUT", str(h.OUT)))
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
+    h.require_cuda_gpu("decode_qk_precision.py")
     os.makedirs(args.out, exist_ok=True)
     from flashinfer.mla import _cuda
 
@@ -91,8 +86,8 @@ def main():
                 )
                 print(f"{tier} {value!s:5} {name:28s} lse {worst:.2e} (rule 3e-4) out {out:.1e}", flush=True)
     for batch, heads, q_len in SHAPES:
-        case = bench_mla.sparse_case(batch, heads, q_len, bench_mla.DTYPES["fp8"])
-        plan = _cuda.decode_plan(batch, q_len, heads, bench_mla.TOPK, case["query"].device)
+        case = h.sparse_case(batch, heads, q_len, h.DTYPES["fp8"])
+        plan = _cuda.decode_plan(batch, q_len, heads, h.TOPK, case["query"].device)
         line = f"fp8 B={batch:3d} H={heads:3d} q={q_len}"
         for tier, values in SETTINGS.items():
             for value in values:

@@ -1,7 +1,7 @@
 """Sparse MLA decode on one CUDA device: the Gluon kernel next to the portable Triton kernel.
 
 For each shape and each kernel tier (``FLASHINFER_KERNEL_TIER``), the error against a float64
-oracle and the time per call in a CUDA graph (median of replays, inputs as in ``bench_mla.py``:
+oracle and the time per call in a CUDA graph (median of replays, inputs as in ``h.py``:
 fresh random indices into a KV pool far larger than L2), next to the floor from the measured copy
 bandwidth. ``--variants`` also times other Gluon tiles (stages, gather warps, keys a stage).
 
@@ -17,13 +17,8 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _requires import OUT, require_cuda_gpu  # noqa: E402
-
-require_cuda_gpu("decode_tiers.py")  # before bench_mla imports Triton
-import bench_mla  # noqa: E402
+import _harness as h
 
 SHAPES = [  # (dtype, batch, heads, q_len)
     ("fp8", 128, 128, 1), ("fp8", 128, 64, 1), ("fp8", 32, 128, 2), ("fp8", 1, 128, 1),
@@ -33,36 +28,34 @@ SHAPES = [  # (dtype, batch, heads, q_len)
 VARIANT_SHAPES = [("fp8", 128, 128, 1), ("fp8", 128, 16, 1), ("fp8", 1, 128, 1), ("bf16", 128, 128, 1)]
 
 
-def run(case, plan):
+def measure(case, plan):
+    """(error against the float64 oracle, CUDA-graph time in us) of one decode through ``_cuda``."""
     from flashinfer.mla import _cuda
 
-    bench_mla.run_sparse(_cuda, case, plan)
-
-
-def measure(case, plan):
-    run(case, plan)
-    err = bench_mla.oracle_error(case)
-    return err, bench_mla.graph_time_ms(lambda: run(case, plan)) * 1e3
+    h.run_sparse(_cuda, case, plan)
+    err = h.oracle_error(case)
+    return err, h.graph_time_ms(lambda: h.run_sparse(_cuda, case, plan)) * 1e3
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", str(OUT)))
+    parser.add_argument("--out", default=os.environ.get("OUT", str(h.OUT)))
     parser.add_argument("--variants", action="store_true", help="also time other Gluon tiles")
     parser.add_argument("--tiers", default="gluon,tl")
     parser.add_argument("--shapes", default="all", help="'all' or 'none'")
     args = parser.parse_args()
+    h.require_cuda_gpu("decode_tiers.py")
     os.makedirs(args.out, exist_ok=True)
     from flashinfer.mla import _cuda
     from flashinfer.mla.kernels import mla_decode_gluon as glu
 
-    copy_bw = bench_mla.copy_bandwidth()
+    copy_bw = h.copy_bandwidth()
     print(f"copy {copy_bw * 1e-9:.0f} GB/s", flush=True)
     rows = []
     for kind, batch, heads, q_len in SHAPES if args.shapes == "all" else []:
-        case = bench_mla.sparse_case(batch, heads, q_len, bench_mla.DTYPES[kind])
-        plan = _cuda.decode_plan(batch, q_len, heads, bench_mla.TOPK, case["query"].device)
-        nbytes, flops, floor_ms = bench_mla.decode_roofline(batch, heads, q_len, kind, copy_bw)
+        case = h.sparse_case(batch, heads, q_len, h.DTYPES[kind])
+        plan = _cuda.decode_plan(batch, q_len, heads, h.TOPK, case["query"].device)
+        nbytes, flops, floor_ms = h.decode_roofline(batch, heads, q_len, kind, copy_bw)
         line = f"{kind:4s} B={batch:3d} H={heads:3d} q={q_len} floor {floor_ms * 1e3:6.1f} us"
         for tier in args.tiers.split(","):
             os.environ["FLASHINFER_KERNEL_TIER"] = tier
@@ -79,8 +72,8 @@ def main():
         bf16_configs = [glu.GluonDecodeConfig(block_n=32, stages=2, max_slack_log2=0.0)]
         default = (glu.FP8_CONFIG, glu.BF16_CONFIG)
         for kind, batch, heads, q_len in VARIANT_SHAPES:
-            case = bench_mla.sparse_case(batch, heads, q_len, bench_mla.DTYPES[kind])
-            plan = _cuda.decode_plan(batch, q_len, heads, bench_mla.TOPK, case["query"].device)
+            case = h.sparse_case(batch, heads, q_len, h.DTYPES[kind])
+            plan = _cuda.decode_plan(batch, q_len, heads, h.TOPK, case["query"].device)
             for config in configs if kind == "fp8" else bf16_configs:
                 if kind == "fp8":
                     glu.FP8_CONFIG = config

@@ -51,22 +51,22 @@ import time
 import traceback
 from pathlib import Path
 
-import torch
-
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' oracles
 import _deepgemm  # noqa: E402
-from _tables import probe_tables  # noqa: E402
-from bench_gemm import (  # noqa: E402
+import torch
+from _harness import (  # noqa: E402
     HBM_BYTES_PER_S,
     PEAK_FLOPS,
-    bench,
     ceil_div,
     cublas_block_scales,
     fp8,
     grouped_inputs,
     rotating,
+    tests_on_path,
 )
+from _harness import cudagraph_ms as bench  # noqa: E402
+from report_sections.gemm import probe_tables  # noqa: E402
+
+tests_on_path()  # the tests' oracles
 from oracles import (  # noqa: E402
     bound_ratio,
     fp8_output_ratios,
@@ -80,7 +80,7 @@ from flashinfer.gemm._args import Bmm, GroupedContiguous, GroupedMasked  # noqa:
 
 DENSE_M = [16, 64, 128, 512, 4096]
 DENSE_NK = [(7168, 2048), (4096, 7168), (2112, 7168)]
-# (groups, rows a group, n, k): DeepSeek-V3 MoE shapes, the four of the GEMM issue first
+# (groups, rows a group, n, k): DeepSeek-V3 MoE shapes, the four of the grouped GEMMs' targets first
 GROUPED = [
     (4, 1024, 4096, 7168),
     (8, 512, 7168, 2048),

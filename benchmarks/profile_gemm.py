@@ -13,17 +13,10 @@ the two outputs, so a profile of a wrong kernel is noticed.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
+import _deepgemm
 import torch
-
-sys.path.insert(0, str(Path(__file__).parent))
-import _deepgemm  # noqa: E402
-from bench_gemm import fp8  # noqa: E402
-
-from flashinfer.gemm._args import GroupedContiguous  # noqa: E402
-from flashinfer.gemm.kernels import gluon_fp8_blockwise as glu  # noqa: E402
+from _harness import fp8, require_cuda_gpu
 
 
 def main():
@@ -34,6 +27,10 @@ def main():
     parser.add_argument("--k", type=int, default=2048)
     parser.add_argument("--configs", default="WIDE,MEDIUM", help="Gluon tiles to run, by name")
     args = parser.parse_args()
+    require_cuda_gpu("profile_gemm.py")
+    from flashinfer.gemm._args import GroupedContiguous
+    from flashinfer.gemm.kernels.blockwise import gluon_fp8_blockwise as glu
+
     groups, rows, n, k = args.groups, args.rows, args.n, args.k
     total = groups * rows
     a, b = fp8(total, k), fp8(groups, n, k)

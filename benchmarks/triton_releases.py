@@ -24,19 +24,13 @@ import datetime
 import json
 import os
 import statistics
-import sys
+from functools import partial
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _requires import require_cuda_gpu  # noqa: E402
+from _harness import capture, replay_us, require_cuda_gpu
+from _harness import fp8 as _fp8
 
 CALLS, REPLAYS = 10, 30
-FP8 = "float8_e4m3fn"
-
-
-def fp8(*shape):
-    import torch
-
-    return (torch.randn(*shape, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+fp8 = partial(_fp8, scale=0.5)
 
 
 def decode_row(dtype: str, batch: int, heads: int = 128, top_k: int = 2048):
@@ -153,26 +147,9 @@ def kernels_launched(call) -> list[str]:
 
 
 def time_per_call(call) -> float:
-    """Median microseconds per call over CUDA-graph replays of ``CALLS`` calls."""
-    import torch
-
-    for _ in range(3):  # compiles, tunes, binds the replay
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(CALLS):
-            call()
-    graph.replay()
-    times = []
-    for _ in range(REPLAYS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / CALLS)
-    return statistics.median(times)
+    """Median microseconds per call over CUDA-graph replays of ``CALLS`` calls (three calls
+    first: they compile, tune and bind the replay)."""
+    return replay_us(capture(call, CALLS, warmup=3), CALLS, REPLAYS, statistics.median, queued=False)
 
 
 def measure(path: str) -> None:

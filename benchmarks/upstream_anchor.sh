@@ -175,7 +175,8 @@ warm() {
 import sys, time
 sys.path.insert(0, "benchmarks")
 import torch
-from bench_gemm import BLOCKSCALE_M, BLOCKSCALE_NK, ceil_div
+from _harness import ceil_div
+from bench_gemm import BLOCKSCALE_M, BLOCKSCALE_NK
 from flashinfer.gemm import fp8_blockscale_gemm_sm90
 
 worker, workers = int(sys.argv[1]), int(sys.argv[2])

@@ -98,15 +98,8 @@ def expected_now(op: str, found: dict[str, str]) -> list[str]:
         return (span(column(rows, "ours / anchor", where=lambda r: m(r) == 4096)) + ["4096"]
                 + span(column(rows, "ours / anchor", where=lambda r: m(r) <= 512)) + ["512"])  # fmt: skip
     if op.startswith("`group_deepgemm_fp8_nt_groupwise` / `batch_deepgemm_fp8_nt_groupwise`"):
-        now, before = table["gluon_probe"][0], table["gluon_probe_with_tl"][0]
-        date = re.search(r"Probe of (\S+ \S+) UTC", found["gluon_probe_with_tl"])[1]
-        return [*span(column(now, "contiguous vs DeepGEMM")), *span(column(now, "masked vs DeepGEMM")),
-                *numbers(date), *span(column(before, "contiguous vs DeepGEMM")),
-                *span(column(before, "masked vs DeepGEMM"))]  # fmt: skip
-    if op == "the same, against the tl kernels they replace under `auto`":
-        rows = table["gluon_probe_with_tl"][0]
-        header = "vs tl, contiguous / masked"
-        return span(column(rows, header, 0) + column(rows, header, 1))
+        now = table["gluon_probe"][0]
+        return span(column(now, "contiguous vs DeepGEMM")) + span(column(now, "masked vs DeepGEMM"))
     if op == "`bmm_bf16`":
         rows = table["gemm_bf16"][0]
         return (span(column(rows, "ours / anchor", where=lambda r: r["shape"].endswith("bfloat16")))
