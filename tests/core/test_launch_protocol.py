@@ -6,7 +6,7 @@ BF16 decode, sparse and paged, split and not, sinks, LSE, float and tensor scale
 the packed cache, RoPE, every GEMM API, on a stubbed H200 (auto, tl and gluon tiers, few
 multiprocessors), L40 and A100. ``launch_protocol_main.jsonl`` is that record taken from main at
 09113a1, whose Gluon MLA decode and Gluon GEMM kernels ran on an H200, re-recorded for the 26
-block-scaled GEMM calls whose launches the GEMM issue changed on purpose (the Gluon kernel's
+block-scaled GEMM calls whose launches the Gluon GEMM work changed on purpose (the Gluon kernel's
 ``HALVES`` and 128 x 256 tile, the grouped GEMMs on the Gluon tier under ``auto``), with the
 kernels of that commit run on an H200 (``benchmarks/notes_gluon_gemm.md``), and for the 4 packed
 656-byte calls of the stubbed H200's ``auto`` tier, which the Gluon kernel's packed mode took over
@@ -75,9 +75,9 @@ def _decode_cache_by_pointer(launch: dict) -> dict:
 
 def _decode_qk_precision(launch: dict) -> dict:
     """Hopper keeps an FP8 wgmma chain's running sum at reduced precision, which cost the LSE its
-    3e-4 rule over 576 columns (issue 30): the Gluon decode sums FP8 Q K^T from four 128-column
-    chains in float32 (``QK_CHAINS=4``; one chain for BF16, exact already), the portable kernel
-    promotes every 64 columns (``QK_IMPRECISE_ACC=64``, ``benchmarks/decode_qk_precision.py``)."""
+    3e-4 rule over 576 columns (found in the packed-cache decode's work): the Gluon decode sums
+    FP8 Q K^T from four 128-column chains in float32 (``QK_CHAINS=4``; one chain for BF16, exact
+    already), the portable kernel promotes every 64 columns (``QK_IMPRECISE_ACC=64``, ``benchmarks/decode_qk_precision.py``)."""
     kwargs = launch["kwargs"]
     if launch["launcher"] == DECODE_LAUNCHERS[0]:
         return {**launch, "kwargs": {**kwargs, "QK_IMPRECISE_ACC": 64}}
@@ -88,7 +88,7 @@ def _decode_qk_precision(launch: dict) -> dict:
 
 
 def _gluon_decode_packed_mode(launch: dict) -> dict:
-    """The Gluon decode gained the packed 656-byte form (issue 30): ``P_PARTS`` became a tile
+    """The Gluon decode gained the packed 656-byte form: ``P_PARTS`` became a tile
     field (1 for FP8's fp16 P, 2 for BF16's hi + lo, as the kernel chose before), ``PACKED``,
     ``LENGTH_MODE`` and ``SINK_IN_LSE`` are passed (False, ``Lengths.CAUSAL``, False for the
     576-wide form)."""
@@ -100,9 +100,10 @@ def _gluon_decode_packed_mode(launch: dict) -> dict:
 
 
 def _gluon_decode_exact_bf16_max(launch: dict) -> dict:
-    """The Gluon decode raises a BF16 row's running maximum exactly (issue 30: one bf16 ``P``
-    meets upstream's BF16 bound once the largest ``P`` is exactly 1, and the second ``P V`` of
-    the two-part ``P`` cost 12% at B128 H128): ``P_PARTS`` is gone (one part everywhere),
+    """The Gluon decode raises a BF16 row's running maximum exactly (from the packed-cache
+    decode's work: one bf16 ``P`` meets upstream's BF16 bound once the largest ``P`` is exactly 1,
+    and the second ``P V`` of the two-part ``P`` cost 12% at B128 H128): ``P_PARTS`` is gone (one
+    part everywhere),
     ``MAX_SLACK_LOG2`` is passed (0 for BF16 rows, the lazy 8 for FP8 and the packed form)."""
     if launch["launcher"] != DECODE_LAUNCHERS[1]:
         return launch
