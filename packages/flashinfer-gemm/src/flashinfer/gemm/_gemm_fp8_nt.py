@@ -55,11 +55,26 @@ def _check_fp8_output(out, dtype, m: int, n: int, device, output_scale) -> None:
         fail(ValueError, "output_scale", f"a contiguous tensor of shape {shape}", output_scale)
 
 
-def _check(a, b, a_scale, b_scale, scale_major_mode, mma_sm, granularity, out, dtype, backend, output_scale):
+def _check(
+    a,
+    b,
+    a_scale,
+    b_scale,
+    a_shape,
+    b_shape,
+    device,
+    scale_major_mode,
+    mma_sm,
+    granularity,
+    out,
+    dtype,
+    backend,
+    output_scale,
+):
     """Every rule of a ``gemm_fp8_nt_groupwise`` call, in upstream's order (its Python rules, then
     those of its C++): the operands, the backend name's rules, the scales' stored shapes and the
-    outputs. ``dtype`` is the output dtype (``out``'s when given)."""
-    a_shape, b_shape, device = a.shape, b.shape, a.device
+    outputs. ``a_shape``, ``b_shape`` and ``device`` are read once by the caller (each read costs
+    host time); ``dtype`` is the output dtype (``out``'s when given)."""
     if backend not in _NAMES:
         GEMM_FP8_NT_GROUPWISE.check(backend)
     if len(a_shape) != 2 or len(b_shape) != 2:
@@ -266,6 +281,9 @@ def gemm_fp8_nt_groupwise(
                 b,
                 a_scale,
                 b_scale,
+                a_shape,
+                b_shape,
+                device,
                 scale_major_mode,
                 mma_sm,
                 granularity,
