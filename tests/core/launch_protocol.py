@@ -442,7 +442,7 @@ def _like(args: dict) -> dict:
 def _clear_replays() -> None:
     try:
         from flashinfer._core.replay import Replays
-    except ImportError:  # a tree from before the replays (benchmarks/eager_host_cpu.py --baseline)
+    except ImportError:  # a tree from before the replays (host_time.py --section eager-cpu --baseline)
         return
 
     for name, module in list(sys.modules.items()):

@@ -1,6 +1,6 @@
 """The decode hands its arguments to the cache form's ``check`` positionally (host time: by
 keyword, or through an options record, costs about 1 us a call on a CI-class CPU,
-``benchmarks/host_overhead.py``); these tests make that safe.
+``benchmarks/host_time.py --section api-layer``); these tests make that safe.
 
 Each form's ``check`` takes public parameters, under the public names and in the public order,
 and the public function passes, position by position, the argument of the parameter's name: a

@@ -14,7 +14,7 @@ its upstream type (``exc``). No op module defines a function of these names. On 
 call site guards a rule with its cheapest test (``if x.dtype not in E4M3: check_fp8(...)``,
 ``if not x.is_contiguous(): check_k_major(...)``) so that the passing path costs an attribute read,
 not a call; the rule then states the message. This keeps the API layers' host time inside
-``benchmarks/host_overhead.py``'s budgets. Rules that belong to
+``benchmarks/host_time.py --section api-layer``'s budgets. Rules that belong to
 one op (a shape relation, a backend name's rule) stay with the op.
 """
 
@@ -120,9 +120,9 @@ def check_device(
 def check_k_major(x: torch.Tensor, arg: str, k_dim: int = -1) -> None:
     """``x`` is K-major: unit stride along its reduction dimension ``k_dim`` (a K of one element
     passes), the layout the GEMM kernels read without a copy."""
-    # cheapest first (benchmarks/host_overhead.py): a contiguous tensor has unit stride along its
-    # last dimension, and the stride tuple is read before `x.stride(k_dim)`, which parses its
-    # argument
+    # cheapest first (benchmarks/host_time.py --section api-layer): a contiguous tensor has unit
+    # stride along its last dimension, and the stride tuple is read before `x.stride(k_dim)`,
+    # which parses its argument
     if (k_dim != -1 or not x.is_contiguous()) and x.stride()[k_dim] != 1 and x.shape[k_dim] > 1:
         fail(ValueError, arg, f"a K-major tensor (stride 1 along k, dimension {k_dim % x.dim()})", x)
 

@@ -17,8 +17,8 @@ buffer); declaring every output as mutated covers both the given and the allocat
 op, and the fake implementation has nothing to allocate.
 
 Why a marker and not a wrapper: a Python wrapper costs 0.2-0.3 us per eager call on the CI
-machine's CPU, 7-10 % of a GEMM's whole API layer (``benchmarks/host_overhead.py``), where the
-marker costs nothing: the public function is returned unchanged, with three attributes Dynamo
+machine's CPU, 7-10 % of a GEMM's whole API layer (``benchmarks/host_time.py --section
+api-layer``), where the marker costs nothing: the public function is returned unchanged, with three attributes Dynamo
 itself reads on the wrappers it makes (``_torchdynamo_inline``: trace this instead of the body;
 ``_torchdynamo_orig_callable`` with ``_torchdynamo_wrapper_id``: compile this instead, for
 ``torch.compile(fn)``). They are Dynamo's private protocol: ``tests/integration/test_torch_compile.py``

@@ -7,8 +7,8 @@ from it, looks the compiled kernel up, and its C launcher asks the driver about 
 (``cuPointerGetAttribute``). For kernels with 30-40 arguments that host work takes longer than
 the kernel at small sizes (RoPE of one token, decode at batch 1): an eager call through
 :class:`FastLaunch` and an autotuned GEMM through :class:`TunedLaunch` take tens of microseconds
-less than through Triton's launch and Autotuner (the figures: ``benchmarks/launch_overhead.py``;
-``benchmarks/RESULTS.md``, "Eager launches"). Inside a CUDA
+less than through Triton's launch and Autotuner (the figures: ``benchmarks/host_time.py --section
+launch``; ``benchmarks/RESULTS.md``, "Eager launches"). Inside a CUDA
 graph none of this host work is paid; eager calls (warm-up, prefill, engines without graphs)
 pay it on every call, hence this layer.
 

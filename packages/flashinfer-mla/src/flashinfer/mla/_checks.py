@@ -9,8 +9,8 @@ in its ``check``.
 The device rule is :func:`flashinfer._core.checks.check_device`; the passing path tests the
 device inline before calling it, as every guarded rule here does (``if x.device != device:``), so
 a call that passes costs no function call per tensor (with the seven tensors a decode reads,
-those calls would exceed the budget of ``benchmarks/host_overhead.py``; ``benchmarks/RESULTS.md``,
-"Host time").
+those calls would exceed the budget of ``benchmarks/host_time.py --section api-layer``;
+``benchmarks/RESULTS.md``, "Host time").
 """
 
 from __future__ import annotations
