@@ -317,10 +317,14 @@ def _bound_launch(fast: FastLaunch, grid: tuple, args: tuple, call_args: tuple, 
             i: n for n, i in enumerate(i for i, a in enumerate(args) if _is_descriptor(type(a)))
         }
     scope = {
-        "_launch": launch, "_fallback": fallback, "_hooks_set": _hooks_set, "_device": device,
-        "_tma_arg": _tma_arg, "_with_base": _with_base,
+        "_launch": launch,
+        "_fallback": fallback,
+        "_hooks_set": _hooks_set,
+        "_device": device,
+        "_tma_arg": _tma_arg,
+        "_with_base": _with_base,
         "_module": sys.modules[__name__],  # its device queries, looked up at each call (tests stub them)
-    }  # fmt: skip
+    }
     names, call = [], []
     for i, arg in enumerate(args):
         if not _per_call(arg):

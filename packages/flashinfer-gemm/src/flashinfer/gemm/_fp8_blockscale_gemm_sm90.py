@@ -252,10 +252,16 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
         return (torch.empty(M, N, dtype=dtype, device=device) if out is None else out).zero_()
     # what the signature decides (a plain tuple: host time), _compute's `plan`
     plan = (
-        M, N, K, dtype, device, input_dtype == _BF16, weight_dtype == _BF16,
+        M,
+        N,
+        K,
+        dtype,
+        device,
+        input_dtype == _BF16,
+        weight_dtype == _BF16,
         scale_view is not input_scale,  # the MN-major storage, read as its transpose
         weight_dtype == _E4M3 and weight_scale.shape[0] == N,  # N >= 64 tells the two shapes apart
-    )  # fmt: skip
+    )
     out, replays = _compute(
         plan, DISPATCH.module(device), None, input, weight, input_scale, weight_scale, out
     )
