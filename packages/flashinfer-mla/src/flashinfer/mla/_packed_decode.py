@@ -68,28 +68,11 @@ def check(
     in its order (``tests/mla/test_decode_options.py``)."""
     workspace, rope_dim, topk = workspace_buffer, qk_rope_head_dim, sparse_mla_top_k
     counter_buffer = multi_ctas_kv_counter_buffer
-    # ---- options, in upstream's order
-    if (
-        type(bmm1_scale) is not float
-        or not -math.inf < bmm1_scale < math.inf
-        or type(bmm2_scale) is not float
-        or bmm2_scale != 1.0
-    ):
-        _check_packed_scales(bmm1_scale, bmm2_scale)
-    if sparse_mla_top_k_lens is not None:
-        raise ValueError(
-            "sparse_mla_top_k_lens is only supported by the native qk_rope_head_dim=0 MLA path, not with "
-            "the packed 656-byte kv_cache (pass the per-token top-k lengths as seq_lens)"
-        )
-    if type(topk) is not int or topk <= 0:
-        raise ValueError(f"{_FORM} requires sparse_mla_top_k > 0, got {topk!r}")
-    if skip_softmax_threshold_scale_factor is not None:
-        raise ValueError("skip_softmax is not supported for sparse MLA")
+    _check_options(bmm1_scale, bmm2_scale, topk, sparse_mla_top_k_lens, skip_softmax_threshold_scale_factor)
     if not uses_shared_paged_kv_idx:
         raise ValueError(f"{_FORM} expects shared sparse page indices (uses_shared_paged_kv_idx=True)")
     if kv_scale_format not in KV_SCALE_FORMATS:
         check_scale_format(kv_scale_format)
-
     # ---- tensors, in upstream's order
     try:
         q_shape = query.shape
@@ -175,6 +158,27 @@ def check(
         workspace,
     )
     return Decode._make(record), result
+
+
+def _check_options(bmm1_scale, bmm2_scale, topk, sparse_mla_top_k_lens, skip_softmax_threshold_scale_factor):
+    """The first option rules of this form, in upstream's order (the page-index and scale-format
+    rules follow in :func:`check`)."""
+    if (
+        type(bmm1_scale) is not float
+        or not -math.inf < bmm1_scale < math.inf
+        or type(bmm2_scale) is not float
+        or bmm2_scale != 1.0
+    ):
+        _check_packed_scales(bmm1_scale, bmm2_scale)
+    if sparse_mla_top_k_lens is not None:
+        raise ValueError(
+            "sparse_mla_top_k_lens is only supported by the native qk_rope_head_dim=0 MLA path, not with "
+            "the packed 656-byte kv_cache (pass the per-token top-k lengths as seq_lens)"
+        )
+    if type(topk) is not int or topk <= 0:
+        raise ValueError(f"{_FORM} requires sparse_mla_top_k > 0, got {topk!r}")
+    if skip_softmax_threshold_scale_factor is not None:
+        raise ValueError("skip_softmax is not supported for sparse MLA")
 
 
 def check_scale_format(kv_scale_format) -> str:

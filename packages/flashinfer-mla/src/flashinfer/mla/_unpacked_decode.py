@@ -65,37 +65,11 @@ def check(
         is nothing to compute) and what the public function returns (``out``, or ``(out, lse)``
         with ``return_lse``).
     """
-    workspace, rope_dim, topk, topk_lens = (
-        workspace_buffer,
-        qk_rope_head_dim,
-        sparse_mla_top_k,
-        sparse_mla_top_k_lens,
+    rope_dim, workspace = qk_rope_head_dim, workspace_buffer
+    topk, topk_lens = sparse_mla_top_k, sparse_mla_top_k_lens
+    sparse = _check_options(
+        kv_lora_rank, rope_dim, topk, topk_lens, skip_softmax_threshold_scale_factor, uses_shared_paged_kv_idx
     )
-    # ---- options, in FlashInfer's order
-    if (kv_lora_rank, rope_dim) not in _checks.MLA_DIMS:
-        raise ValueError(
-            f"Unsupported MLA dimensions: kv_lora_rank={kv_lora_rank}, qk_rope_head_dim={rope_dim}; "
-            f"expected one of {list(_checks.MLA_DIMS)}"
-        )
-    if not isinstance(topk, int) or topk < 0:
-        fail(ValueError, "sparse_mla_top_k", "a non-negative int (0: dense decode)", describe(topk))
-    sparse, native = topk > 0, rope_dim == 0
-    if native and (not sparse or topk_lens is None):
-        raise ValueError(
-            "the native (512, 0) MLA dimensions need sparse_mla_top_k > 0 and sparse_mla_top_k_lens"
-        )
-    if topk_lens is not None and not native:
-        raise ValueError("sparse_mla_top_k_lens is only supported with the native (512, 0) MLA dimensions")
-    if sparse and topk % 4:
-        _checks.reject_topk(topk)
-    if sparse and skip_softmax_threshold_scale_factor is not None:
-        raise ValueError("skip_softmax is not supported for sparse MLA")
-    if not uses_shared_paged_kv_idx:
-        raise NotImplementedError(
-            "uses_shared_paged_kv_idx=False (separate K and V page tables) is not served by this build; "
-            "MLA reads K and V from the same cache rows, pass one shared page table"
-        )
-
     # ---- tensors
     compact = cum_seq_lens_q is not None
     try:
@@ -167,17 +141,12 @@ def check(
     if rows * q_len * heads == 0:
         return None, result
 
-    # ---- the record
-    query4, lse4 = query, lse
-    row_lens = None  # per-row lengths when the call is flattened to one query token per row
-    if compact:
-        query4 = query.view(rows, q_len, heads, query.shape[-1])
-        row_lens, row_request = _compact_rows(seq_lens, cum_seq_lens_q, rows)
-    if topk_lens is not None:
-        row_lens = topk_lens
-    if row_lens is not None and q_len > 1:
-        lse3 = None if lse is None or lse.dim() == 3 else lse.unflatten(0, (rows, q_len))
-        query4, out4, lse4 = _one_token_per_row(query4, out4, lse if lse3 is None else lse3)
+    # ---- the record (per-row lengths: the call flattened to one query token per row)
+    query4, lse4, row_lens = query, lse, None
+    if compact or topk_lens is not None:
+        query4, out4, lse4, row_lens, row_request = _per_row(
+            query, out4, lse, seq_lens, cum_seq_lens_q, topk_lens, rows, q_len, heads
+        )
     seq = seq_lens if row_lens is None else row_lens
     if not sparse:
         tables = block_tables if row_lens is None else block_tables[row_request]
@@ -193,6 +162,53 @@ def check(
     return Decode._make(
         (query4, kv_cache, indices, seq, bmm1, bmm2, sinks, out4, lse4, plan, workspace)
     ), result
+
+
+def _check_options(
+    kv_lora_rank, rope_dim, topk, topk_lens, skip_softmax_threshold_scale_factor, uses_shared_paged_kv_idx
+) -> bool:
+    """The option rules of this form, in FlashInfer's order; returns whether the call is sparse."""
+    if (kv_lora_rank, rope_dim) not in _checks.MLA_DIMS:
+        raise ValueError(
+            f"Unsupported MLA dimensions: kv_lora_rank={kv_lora_rank}, qk_rope_head_dim={rope_dim}; "
+            f"expected one of {list(_checks.MLA_DIMS)}"
+        )
+    if not isinstance(topk, int) or topk < 0:
+        fail(ValueError, "sparse_mla_top_k", "a non-negative int (0: dense decode)", describe(topk))
+    sparse, native = topk > 0, rope_dim == 0
+    if native and (not sparse or topk_lens is None):
+        raise ValueError(
+            "the native (512, 0) MLA dimensions need sparse_mla_top_k > 0 and sparse_mla_top_k_lens"
+        )
+    if topk_lens is not None and not native:
+        raise ValueError("sparse_mla_top_k_lens is only supported with the native (512, 0) MLA dimensions")
+    if sparse and topk % 4:
+        _checks.reject_topk(topk)
+    if sparse and skip_softmax_threshold_scale_factor is not None:
+        raise ValueError("skip_softmax is not supported for sparse MLA")
+    if not uses_shared_paged_kv_idx:
+        raise NotImplementedError(
+            "uses_shared_paged_kv_idx=False (separate K and V page tables) is not served by this build; "
+            "MLA reads K and V from the same cache rows, pass one shared page table"
+        )
+    return sparse
+
+
+def _per_row(query, out4, lse, seq_lens, cum_seq_lens_q, topk_lens, rows: int, q_len: int, heads: int):
+    """A compact query's 4-D view and its per-token lengths and request ids (:func:`_compact_rows`),
+    or the native form's per-token ``topk_lens``; with ``q_len > 1``, query, out and LSE as one
+    token per row (:func:`_one_token_per_row`). Returns ``(query4, out4, lse4, row_lens,
+    row_request)`` (``row_request`` None unless compact)."""
+    query4, lse4, row_request = query, lse, None
+    if cum_seq_lens_q is not None:
+        query4 = query.view(rows, q_len, heads, query.shape[-1])
+        row_lens, row_request = _compact_rows(seq_lens, cum_seq_lens_q, rows)
+    if topk_lens is not None:
+        row_lens = topk_lens
+    if q_len > 1:
+        lse3 = None if lse is None or lse.dim() == 3 else lse.unflatten(0, (rows, q_len))
+        query4, out4, lse4 = _one_token_per_row(query4, out4, lse if lse3 is None else lse3)
+    return query4, out4, lse4, row_lens, row_request
 
 
 def _compact_rows(seq_lens: torch.Tensor, cum_seq_lens_q: torch.Tensor, total_q: int):
