@@ -44,7 +44,7 @@ time per call, without host overhead (``benchmarks/host_time.py`` measures that)
 serving engines replay these calls from CUDA graphs. Successive calls rotate through fresh
 random input sets totalling at least twice the 60 MB L2, so operands come from HBM. The physical floor
 per row is ``max(bytes / 4.3 TB/s, flops / peak)`` with the H200 peaks measured through PyTorch
-(790 TFLOP/s BF16, 1270 TFLOP/s FP8 dense). Writes ``gemm.json`` and ``gemm.png`` to ``--out``.
+(790 TFLOP/s BF16, 1270 TFLOP/s FP8 dense). Writes ``gemm.json`` to ``--out``.
 
 Run: ``PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-gemm/src python benchmarks/bench_gemm.py --out DIR``
 (upstream: ``PYTHONPATH=UPSTREAM_DIR python benchmarks/bench_gemm.py --upstream --sections blockscale
@@ -78,7 +78,6 @@ from _harness import (
     rotating,
 )
 from _harness import cudagraph_ms as bench
-from report_sections.gemm import markdown, plot
 
 DEEPSEEK_NK = [(7168, 2048), (2112, 7168), (24576, 1536), (4096, 7168), (7168, 16384)]
 DEEPSEEK_M = [1, 16, 64, 128, 512, 4096]
@@ -565,20 +564,6 @@ def reference_section(table):
                   flops, moved, "fp8", tier="reference")  # fmt: skip
 
 
-def replot(paths: list[str], out_dir: Path) -> None:
-    """gemm.md and gemm.png from the rows of earlier runs, section by section."""
-    sections: dict[str, list] = {}
-    for path in paths:
-        rows = json.loads(Path(path).read_text())["rows"]
-        for section in dict.fromkeys(r["section"] for r in rows):
-            sections[section] = [r for r in rows if r["section"] == section]
-    rows = [r for sub in sections.values() for r in sub]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "gemm.md").write_text(markdown(rows))
-    plot(rows, out_dir / "gemm.png")
-    print(f"wrote {out_dir / 'gemm.md'} and {out_dir / 'gemm.png'}")
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", str(OUT)))
@@ -600,17 +585,7 @@ def main():
         action="store_true",
         help="sections groupwise and grouped: DeepGEMM's rows on the same inputs (benchmarks/deepgemm_anchor.sh)",
     )
-    parser.add_argument(
-        "--replot",
-        nargs="+",
-        metavar="JSON",
-        help="no GPU needed: redraw gemm.png and gemm.md from earlier runs' JSON files "
-        "(a later file's sections replace an earlier file's)",
-    )
     args = parser.parse_args()
-    if args.replot:
-        replot(args.replot, Path(args.out))
-        return
     if args.deepgemm and args.upstream:
         parser.error("--deepgemm sets DeepGEMM against our rows: not with --upstream")
     require_cuda_gpu("bench_gemm.py")
@@ -671,8 +646,6 @@ def main():
             meta["autotuned"] = autotune_choices()
         # written after every section, so a run cut short keeps what it measured
         (out_dir / name).write_text(json.dumps({"meta": meta, "rows": table.rows}, indent=1))
-    (out_dir / "gemm.md").write_text(markdown(table.rows))
-    plot(table.rows, out_dir / "gemm.png")
     if args.compare:
         versus = compare(table.rows, json.loads(Path(args.compare).read_text())["rows"])
         print(versus)

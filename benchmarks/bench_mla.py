@@ -69,7 +69,6 @@ from _harness import (
     run_sparse,
     sparse_case,
 )
-from report_sections.mla import markdown, packed_markdown, plot
 
 # (dtype, batch, heads, q_len) of the targets, for a short run
 TARGET_SHAPES = [("fp8", 128, 128, 1), ("fp8", 128, 64, 1), ("fp8", 1, 128, 1), ("fp8", 128, 16, 1),
@@ -404,19 +403,11 @@ def main():
 
 
 def write_results(args, meta, rows):
-    name = "tune_mla.json" if args.tune else "upstream_mla.json" if args.upstream else "bench_mla.json"
-    if args.packed:
-        name = "packed_mla.json"
-    with open(os.path.join(args.out, name), "w") as f:
+    """The run's rows as JSON under ``--out``, named by its mode (the tables: ``report.py``)."""
+    modes = {"packed_mla": args.packed, "tune_mla": args.tune, "upstream_mla": args.upstream}
+    name = next((mode for mode, on in modes.items() if on), "bench_mla")
+    with open(os.path.join(args.out, name + ".json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    if not args.tune and not args.upstream:
-        if args.packed:
-            with open(os.path.join(args.out, "packed_mla.md"), "w") as f:
-                f.write(packed_markdown(meta, rows))
-        else:
-            with open(os.path.join(args.out, "bench_mla.md"), "w") as f:
-                f.write(markdown(meta, rows))
-            plot(rows, os.path.join(args.out, "bench_mla.png"))
 
 
 if __name__ == "__main__":

@@ -42,4 +42,4 @@ tail -75 "$out/bench.log"
 # at most 8 files come back from a device call: keep the JSON, the table, the comparison and logs
 mv "$out/upstream/gemm_upstream.json" "$out/" 2>/dev/null
 cat "$out"/upstream_{build,warm,bench}.log > "$out/upstream.log" 2>/dev/null
-rm -rf "$out/upstream" "$out"/*.png "$out/gemm.md" "$out"/upstream_*.log "$out/sweep.log"
+rm -rf "$out/upstream" "$out"/upstream_*.log "$out/sweep.log"

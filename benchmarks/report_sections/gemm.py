@@ -8,8 +8,7 @@ from report_sections import FILES, RESULTS, data_line, load, plot_caption, prose
 
 
 def gemm_sections() -> dict[str, list]:
-    """``bench_gemm.py`` rows by section, a later file's section replacing an earlier one's
-    (as ``bench_gemm.py --replot``)."""
+    """``bench_gemm.py`` rows by section, a later file's section replacing an earlier one's."""
     sections: dict[str, list] = {}
     for kind in ("gemm", "gemm_mla"):
         rows = load(kind)["rows"]
