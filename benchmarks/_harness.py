@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
+import datetime
 import importlib.util
 import io
 import itertools
+import json
 import math
 import os
 import pstats
@@ -65,6 +67,33 @@ def require_cuda_gpu(script: str) -> None:
             "(pip install 'triton>=3.6'). benchmarks/host_time.py --section api-layer measures the "
             "API layer on the CPU."
         )
+
+
+def run_meta(**extra) -> dict:
+    """What a GPU run's JSON says of it: the device, torch and Triton, the UTC time, the command.
+
+    Parameters
+    ----------
+    **extra
+        Further entries, after those.
+
+    Returns
+    -------
+    dict
+        ``device``, ``torch``, ``triton``, ``date`` (ISO 8601), ``command`` and ``extra``.
+    """
+    import triton
+
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join([Path(sys.executable).name, *sys.argv]), **extra}  # fmt: skip
+
+
+def write_json(path, report) -> None:
+    """``report`` as indented JSON at ``path``, its folder made where missing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1))
 
 
 def tests_on_path() -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# DeepGEMM (deepseek-ai/DeepGEMM), the anchor of the FP8 GEMM benchmarks (`bench_gemm.py --deepgemm`,
-# `gluon_gemm_probe.py --deepgemm`): its Hopper 1x128 / 128x128 block-scaled FP8 GEMMs (dense,
+# DeepGEMM (deepseek-ai/DeepGEMM), the anchor of the FP8 GEMM benchmarks (`bench_gemm.py --deepgemm`):
+# its Hopper 1x128 / 128x128 block-scaled FP8 GEMMs (dense,
 # grouped contiguous, grouped masked) timed on the same inputs in the same process as ours.
 #
 #   prepare DEEPGEMM_GIT CUTLASS_GIT   (a machine with the two repositories, e.g. git mirrors)
@@ -24,7 +24,7 @@
 #       set the same defaults themselves (benchmarks/_deepgemm.py), so nothing needs sourcing:
 #           bash benchmarks/deepgemm_anchor.sh setup && \
 #           PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-gemm/src:benchmarks/.anchor/deepgemm \
-#               python3 benchmarks/gluon_gemm_probe.py --deepgemm --sections dense,grouped --out $OUT
+#               python3 benchmarks/bench_gemm.py --deepgemm --sections groupwise,grouped --out $OUT
 #
 # What the DeepGEMM commit's JIT does on CUDA 13.0 (deep_gemm/jit/compiler.py), and why no source
 # is patched: NVCC is found as $DG_JIT_NVCC_COMPILER or torch's CUDA_HOME/bin/nvcc; its version is

@@ -6,7 +6,7 @@ Each kernel runs three times on the same inputs; profile the third call of each:
         --launch-skip 2 --launch-count 1 -k regex:"fp8_blockwise_ws_kernel|fp8_gemm_kernel" \\
         python3 benchmarks/profile_gemm.py --groups 8 --rows 512 --n 7168 --k 2048
 
-(PYTHONPATH as for ``gluon_gemm_probe.py --deepgemm``.) Prints the relative difference between
+(PYTHONPATH as for ``bench_gemm.py --deepgemm``.) Prints the relative difference between
 the two outputs, so a profile of a wrong kernel is noticed.
 """
 

@@ -57,12 +57,47 @@ def blockscale_rows() -> list[dict]:
     return rows
 
 
+# the Gluon tables' rows as ``bench_gemm.py --tiles`` names them, and as its predecessor
+# ``gluon_gemm_probe.py`` named them (the runs in ``results/``, and the tables' names)
+PROBE_NAMES = {"torch._scaled_mm blockwise": "cuBLASLt blockwise",
+               "dense blockwise _scaled_mm": "dense cuBLASLt, equal FLOPs"}  # fmt: skip
+TIER_ROW = re.compile(r"ours(?: (contiguous|masked))?: (Gluon|tl) kernel(.*)")
+
+
+def probe_rows(report) -> list[dict]:
+    """The timed rows of a run of the Gluon tables, named as the probe named them.
+
+    Parameters
+    ----------
+    report : dict
+        The JSON of a ``bench_gemm.py --tiles`` run (sections ``groupwise`` and ``grouped``) or of
+        a ``gluon_gemm_probe.py`` run (``dense`` and ``grouped``).
+
+    Returns
+    -------
+    list of dict
+        Its rows with a time, section ``dense`` or ``grouped``; impl ``gluon`` (the picked tile),
+        ``gluon TILE``, ``gluon contiguous``, ``tl masked``, ``DeepGEMM masked``, ``cuBLASLt
+        blockwise``...
+    """
+    rows = []
+    for r in report["rows"]:
+        section = "dense" if r.get("section") == "groupwise" else r.get("section")
+        if "ms" not in r or section not in ("dense", "grouped"):
+            continue
+        impl, tier = PROBE_NAMES.get(r["impl"], r["impl"]), TIER_ROW.fullmatch(r["impl"])
+        if tier:  # ours LAYOUT: Gluon kernel TILE -> gluon LAYOUT TILE
+            impl = " ".join(part for part in (tier[2].lower(), tier[1]) if part) + tier[3]
+        rows.append({**r, "section": section, "impl": impl})
+    return rows
+
+
 def versus_gluon(kind: str, theirs: str) -> list[list[float]]:
     """Per layout (contiguous, masked), the time of ``theirs`` ("DeepGEMM", "tl") over Gluon's on
     each grouped shape of a probe run."""
     by_shape: dict = {}
-    for r in load(kind)["rows"]:
-        if r.get("section") == "grouped" and "ms" in r:
+    for r in probe_rows(load(kind)):
+        if r["section"] == "grouped":
             by_shape.setdefault(r["shape"], {})[r["impl"]] = r["ms"]
     return [
         [
@@ -75,12 +110,12 @@ def versus_gluon(kind: str, theirs: str) -> list[list[float]]:
 
 
 def probe_tables(report) -> str:
-    """Markdown tables of a ``gluon_gemm_probe.py`` run's grouped and dense rows.
+    """Markdown tables of the grouped and dense rows of a run of the Gluon tables (``probe_rows``).
 
     Parameters
     ----------
     report : dict
-        The probe's ``gluon_probe.json`` (``meta`` and ``rows``).
+        The run's JSON (``meta`` and ``rows``).
 
     Returns
     -------
@@ -90,9 +125,8 @@ def probe_tables(report) -> str:
         rows, the dense table (the tile ``pick_config`` picks against the fastest tile, cuBLASLt and
         DeepGEMM). Cells read "microseconds (TFLOP/s)"; a ratio is the other's time over Gluon's.
     """
-    rows = [r for r in report["rows"] if "ms" in r]
     by_shape: dict = {}
-    for r in rows:
+    for r in probe_rows(report):
         by_shape.setdefault((r["section"], r["shape"]), {})[r["impl"]] = r
 
     def cell(r):
