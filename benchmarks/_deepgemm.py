@@ -1,22 +1,12 @@
 """DeepGEMM (deepseek-ai/DeepGEMM) as an in-process anchor of the FP8 GEMM benchmarks.
 
-``bash benchmarks/deepgemm_anchor.sh prepare DEEPGEMM_GIT CUTLASS_GIT`` writes its Python
-package, pinned, to ``benchmarks/.anchor/deepgemm`` (git-ignored; carried to the GPU machine);
-``bash benchmarks/deepgemm_anchor.sh setup`` readies it there. Nothing here imports it until
-asked (``load``); that folder goes first on ``sys.path`` when it exists, so the pinned version is
-the one timed (putting it on ``PYTHONPATH`` as well does no harm).
-
-``dense``, ``contiguous`` and ``masked`` take one of our benchmark's input sets and return a
-zero-argument function that runs DeepGEMM's kernel on the same tensors, writing ``out``.
-DeepGEMM's layout is prepared ahead, once, when that function is made, as an engine does at
-weight load and as DeepGEMM's own callers do: the A scales (our logical ``(m, k/128)`` view, any
-strides) are copied to its MN-major, TMA-aligned form (``get_col_major_tma_aligned_tensor``: rows
-padded to 16 bytes, ``(k/128, m)`` storage; DeepGEMM's call then finds them in place and copies
-nothing) and the B scales made contiguous. That copy is outside the timed function, which is
-DeepGEMM's Python call alone: its config lookup (cached), four TMA descriptors and the launch,
-nothing on the GPU but the kernel (the benchmarks replay it from a CUDA graph). Its first call
-compiles the kernel (NVCC, cached in ``DG_JIT_CACHE_DIR``); ``precompile`` does that ahead for a
-list of shapes, in parallel (about 3 s of one core per kernel with CUDA 13.0's nvcc).
+``benchmarks/deepgemm_anchor.sh`` prepares its pinned Python package in ``benchmarks/.anchor/deepgemm``,
+which goes first on ``sys.path`` when ``load`` imports it. ``dense``, ``contiguous`` and ``masked``
+take one of our input sets and return a zero-argument call of DeepGEMM's kernel on the same
+tensors, writing ``out``. Its layout is prepared when that call is made, once, as an engine does at
+weight load: the A scales copied to its MN-major TMA-aligned form (``get_col_major_tma_aligned_tensor``),
+the B scales made contiguous; the call is then DeepGEMM's Python call alone (config lookup, TMA
+descriptors, launch). ``precompile`` compiles a list of shapes' kernels ahead, in parallel.
 """
 
 from __future__ import annotations
@@ -38,8 +28,7 @@ _module = None
 
 def cuda_home() -> str | None:
     """The CUDA toolkit DeepGEMM compiles with: ``$CUDA_HOME``, else ``/usr/local/cuda``, else the
-    one of ``nvcc`` on ``PATH`` (through links; a wrapper script there would hide ``cuobjdump``,
-    which DeepGEMM runs from ``CUDA_HOME/bin`` to name its kernels)."""
+    one of ``nvcc`` on ``PATH`` (through links: DeepGEMM runs ``CUDA_HOME/bin/cuobjdump``)."""
     for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
         if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
             return home
@@ -57,10 +46,9 @@ def _triton_cuobjdump() -> str | None:
 
 
 def _deepgemm_home(home: str) -> str:
-    """``home``, or where it has no ``bin/cuobjdump`` (a toolkit assembled from pip wheels), a
-    stand-in under ``benchmarks/.anchor-build``: ``bin/cuobjdump`` linked to one found elsewhere
-    (``PATH``, else Triton's), ``include`` to ``home``'s; nvcc is then named by
-    ``DG_JIT_NVCC_COMPILER``. DeepGEMM runs ``CUDA_HOME/bin/cuobjdump`` to name each kernel."""
+    """``home``, or where it has no ``bin/cuobjdump`` (a toolkit from pip wheels), a stand-in under
+    ``benchmarks/.anchor-build`` linking one found elsewhere (``PATH``, else Triton's) and
+    ``home``'s ``include``; nvcc is then named by ``DG_JIT_NVCC_COMPILER``."""
     if os.path.exists(os.path.join(home, "bin", "cuobjdump")):
         return home
     found = shutil.which("cuobjdump") or _triton_cuobjdump()
@@ -138,9 +126,7 @@ def describe() -> str:
 
 def dense(a, b, a_scale, b_scale, out):
     """``out = a @ b.T`` with 1x128 / 128x128 block scales: ``a`` (m, k) and ``b`` (n, k) e4m3,
-    ``a_scale`` float32 (m, k/128) (a logical view, any strides), ``b_scale`` (n/128, k/128),
-    ``out`` (m, n) bf16. DeepGEMM's scale layout is prepared here, once, ahead of the timed
-    function (as an engine does at weight load)."""
+    ``a_scale`` float32 (m, k/128) (any strides), ``b_scale`` (n/128, k/128), ``out`` (m, n) bf16."""
     dg = load()
     lhs = (a, dg.get_col_major_tma_aligned_tensor(a_scale.float()))
     rhs = (b, b_scale.float().contiguous())
@@ -155,8 +141,7 @@ def contiguous(a, b, a_scale, b_scale, m_indices, out):
     """Grouped GEMM, contiguous layout: ``a`` (M, k), ``b`` (G, n, k), ``a_scale`` (M, k/128),
     ``b_scale`` (G, n/128, k/128), ``m_indices`` int32 (M,) the group of each row, constant over
     each aligned block of ``get_m_alignment_for_contiguous_layout()`` (128) rows, ``out`` (M, n)
-    bf16. Scale layout prepared ahead, once, as in ``dense``. At this commit DeepGEMM computes the
-    blocks of padding rows (``m_indices`` -1) too, as group -1: compare valid rows only."""
+    bf16. DeepGEMM computes the blocks of padding rows (``m_indices`` -1) too: compare valid rows only."""
     dg = load()
     align = dg.get_m_alignment_for_contiguous_layout()
     blocks = m_indices.reshape(-1, align) if m_indices.numel() % align == 0 else None
@@ -175,9 +160,8 @@ def contiguous(a, b, a_scale, b_scale, m_indices, out):
 def masked(a, b, a_scale, b_scale, masked_m, expected_m, out):
     """Grouped GEMM, masked layout: ``a`` (G, m, k), ``b`` (G, n, k), ``a_scale`` (G, m, k/128),
     ``b_scale`` (G, n/128, k/128), ``masked_m`` int32 (G,) the valid rows of each group,
-    ``expected_m`` (a host int) its tile hint, ``out`` (G, m, n) bf16. Scale layout prepared
-    ahead, once, as in ``dense`` (each group's rows padded to 16 bytes on its own). DeepGEMM writes
-    whole row tiles: rows past ``masked_m`` may be written too."""
+    ``expected_m`` (a host int) its tile hint, ``out`` (G, m, n) bf16. DeepGEMM writes whole row
+    tiles: rows past ``masked_m`` may be written too."""
     dg = load()
     lhs = (a, dg.get_col_major_tma_aligned_tensor(a_scale.float()))
     rhs = (b, b_scale.float().contiguous())

@@ -1,48 +1,29 @@
 """MLA benchmark on one CUDA device: sparse decode (Triton) and fused RoPE + FP8 quantize.
 
-Sparse decode: batch {1, 8, 32, 64, 128} x heads {16, 64, 128} x q_len {1, 2} x {FP8, BF16},
-topk 2048, D = 576 (512 + 64). Each request owns 32768 random slots of a KV pool far larger
-than the 60 MB L2, and every query token gets fresh random indices into them. Reported per shape:
-the median time (``triton.testing.do_bench``, CUDA events), achieved TFLOP/s and GB/s, and the
-roofline floor ``max(bytes / copy bandwidth, FLOPs / dense peak)`` with
-``bytes = q + topk gathered rows of 576 per query token + out`` and
-``FLOPs = 2 x heads x topk x (576 + 512)`` per query token. The float32 reference
-implementation is timed on a few shapes in the same run.
+- Sparse decode (``_harness.sparse_case``): batch {1, 8, 32, 64, 128} x heads {16, 64, 128} x q_len
+  {1, 2} x {FP8, BF16}, top-k 2048, fresh random slots of a pool far past the L2: the median,
+  the time in a CUDA graph, TFLOP/s, GB/s and the floor (``decode_roofline``), eager time at
+  batch 1, the float32 reference on a few shapes. ``--targets-only``: the target shapes.
+- RoPE (``rope_case``, sglang's call) at 1-16384 tokens against a copy of its bytes: kernel
+  median, in a graph, eager through the public API.
+- ``--packed``: the decode on the packed 656-byte rows (bf16 query), per cache layout
+  (``--layouts``) and kernel tier (``--tiers``); ``--flashmla`` adds FlashMLA's sparse FP8 decode
+  (``flashmla_anchor.sh``) on the same bytes: its time and the largest difference of the outputs.
+- ``--tune``: candidate tl decode tiles on the key shapes. ``--upstream``: upstream FlashInfer's
+  RoPE (its wheel alone on ``PYTHONPATH``) timed the same way.
 
-RoPE: 128 heads, 2-D K, outputs in a merged 576-wide buffer (sglang's call), at
-{1, 128, 1024, 4096, 16384} tokens, against a device-to-device copy of the same bytes; kernel
-time (median), time per call inside a CUDA graph, and eager wall time per call through the
-public API (host overhead included).
-
-Packed cache (``--packed``): the same decode shapes on upstream's ``sparse``-backend form, a bf16
-query over the 656-byte FP8 rows (512 e4m3 values, 4 float32 scales, 64 bf16 RoPE values), read
-and dequantized inside the kernel; bytes count 656 per gathered row, FLOPs as above against the
-BF16 peak. ``--flashmla`` adds FlashMLA's sparse FP8 decode (deepseek-ai/FlashMLA, built with
-``benchmarks/flashmla_anchor.sh``; 16 heads padded to its 64) on the same bytes in the same
-process: its time, ours / its, and the largest difference between the two outputs.
-
-``--tune`` instead times candidate tile configurations on the key decode shapes.
-``--upstream`` times upstream FlashInfer's ``mla_rope_quantize_fp8`` (whatever ``flashinfer`` is
-importable: put upstream's wheel alone on ``PYTHONPATH``) the same way, as an in-run anchor;
-upstream has no sm90 sparse decode.
-
-Run::
-
-    PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-mla/src \\
-        python3 benchmarks/bench_mla.py --out OUT_DIR
-    PYTHONPATH=benchmarks/.anchor-build/FlashMLA:packages/flashinfer-core/src:packages/flashinfer-mla/src \\
-        python3 benchmarks/bench_mla.py --packed --flashmla --out OUT_DIR
+Writes ``bench_mla.json`` (``packed_mla``, ``tune_mla``, ``upstream_mla``) to ``--out``; the
+commands of each table are in RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import functools
-import json
 import math
 import os
+from pathlib import Path
 
 import torch
 from _harness import (
@@ -65,14 +46,18 @@ from _harness import (
     packed_case,
     require_cuda_gpu,
     rope_case,
+    run_meta,
     run_packed,
     run_sparse,
     sparse_case,
+    write_json,
 )
 
 # (dtype, batch, heads, q_len) of the targets, for a short run
 TARGET_SHAPES = [("fp8", 128, 128, 1), ("fp8", 128, 64, 1), ("fp8", 1, 128, 1), ("fp8", 128, 16, 1),
                  ("fp8", 32, 128, 2), ("bf16", 128, 128, 1), ("bf16", 8, 16, 1)]  # fmt: skip
+# (dtype, batch, heads, q_len) where the float32 reference is timed too
+REFERENCE_SHAPES = {("fp8", 1, 128, 1), ("bf16", 1, 128, 1), ("fp8", 8, 16, 1), ("fp8", 32, 128, 1)}
 # (batch, heads, q_len) of the packed decode's targets, FlashMLA's side by side
 PACKED_TARGET_SHAPES = [(1, 128, 1), (32, 128, 1), (128, 128, 1), (128, 64, 1), (64, 64, 1), (32, 128, 2),
                         (128, 128, 2)]  # fmt: skip
@@ -365,19 +350,12 @@ def main():
         "--layouts", default="dense", help="with --packed: cache layouts, comma-separated (dense,padded)"
     )
     args = parser.parse_args()
-    os.makedirs(args.out, exist_ok=True)
     require_cuda_gpu("bench_mla.py")
-    import triton
-
-    copy_bw = copy_bandwidth()
-    meta = {
-        "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "copy_bandwidth_gbps": copy_bw * 1e-9,
-    }  # fmt: skip
     import flashinfer
 
-    meta["implementation"] = f"flashinfer {getattr(flashinfer, '__version__', '?')} ({flashinfer.__file__})"
+    copy_bw = copy_bandwidth()
+    implementation = f"flashinfer {getattr(flashinfer, '__version__', '?')} ({flashinfer.__file__})"
+    meta = run_meta(copy_bandwidth_gbps=copy_bw * 1e-9, implementation=implementation)
     print(meta, flush=True)
     rows = []
     try:
@@ -391,23 +369,11 @@ def main():
             if not args.skip_rope:
                 bench_rope(copy_bw, rows)
             if not args.skip_decode:
-                reference_shapes = {
-                    ("fp8", 1, 128, 1),
-                    ("bf16", 1, 128, 1),
-                    ("fp8", 8, 16, 1),
-                    ("fp8", 32, 128, 1),
-                }
-                bench_decode(copy_bw, rows, reference_shapes, args.targets_only)
-    finally:  # a run cut short (SIGINT) keeps what it measured
-        write_results(args, meta, rows)
-
-
-def write_results(args, meta, rows):
-    """The run's rows as JSON under ``--out``, named by its mode (the tables: ``report.py``)."""
-    modes = {"packed_mla": args.packed, "tune_mla": args.tune, "upstream_mla": args.upstream}
-    name = next((mode for mode, on in modes.items() if on), "bench_mla")
-    with open(os.path.join(args.out, name + ".json"), "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+                bench_decode(copy_bw, rows, REFERENCE_SHAPES, args.targets_only)
+    finally:  # a run cut short (SIGINT) keeps what it measured; the file is named by the mode
+        modes = {"packed_mla": args.packed, "tune_mla": args.tune, "upstream_mla": args.upstream}
+        name = next((mode for mode, on in modes.items() if on), "bench_mla")
+        write_json(Path(args.out, name + ".json"), {"meta": meta, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -2,17 +2,12 @@
 # One H200 call: the decode-size GEMM's sweep (writes its table), then fp8_blockscale_gemm_sm90
 # ours against upstream FlashInfer's own SM90 kernel, same machine, same session.
 #
-#   bash benchmarks/blockscale_vs_upstream.sh OUT_DIR     (carry benchmarks/.anchor/upstream-wheels,
-#                                                          made by `upstream_anchor.sh prepare`)
+#   bash benchmarks/blockscale_vs_upstream.sh OUT_DIR     (carry benchmarks/.anchor/upstream-wheels)
 #
-# SWEEP_SECONDS (default 330) bounds the sweep; 0 skips it and times the committed table.
-# SWEEP_ARGS passes more arguments to the sweep (e.g. "--kernels gluon": sweep one kernel's shapes).
-#
-# Upstream's JIT modules build in the background while the sweep runs (nvcc on the CPUs, the
-# sweep on the GPU); its per-shape kernels are compiled by `upstream_anchor.sh setup`'s warm-up
-# after the sweep, so that no compile runs while anything is timed. Leaves in OUT_DIR:
-# decode_gemm_sweep.json, decode_gemm_table.json, gemm_upstream.json, gemm.json (ours), the
-# comparison (gemm_vs_upstream.md) and the logs.
+# SWEEP_SECONDS (default 330) bounds the sweep, 0 skips it; SWEEP_ARGS goes to the sweep. Upstream's
+# JIT modules build while the sweep runs; its per-shape kernels compile after it (`upstream_anchor.sh
+# setup`), so no compile runs while anything is timed. Leaves in OUT_DIR the sweep's JSON and table,
+# gemm_upstream.json, gemm.json (ours), the comparison (gemm_vs_upstream.md) and the logs.
 set -uo pipefail
 out=${1:?OUT_DIR}
 here=$(cd "$(dirname "$0")" && pwd)

@@ -1,35 +1,33 @@
 """Sweep the decode-size block-scaled GEMM's launch shapes on an NVIDIA GPU and write its table.
 
 For every DeepSeek-V3 linear shape ``(n, k)`` and decode row count ``m`` (1-256), times each
-candidate launch shape of ``flashinfer.gemm.kernels.blockwise.fp8_decode_gemm`` (weight rows a
-program, tokens a program, K split, pipeline stages, warps) on the same rotating input sets
-(FP8 operands, 1x128 activation scales in the column-major layout upstream's kernel reads, 128 x
-128 weight scales, bf16 output), next to what the package routed these calls to before this kernel
-(cuBLASLt's block-scaled ``torch._scaled_mm`` on operands already in its layout, and the Gluon and
-tl kernels where they run) and the floor ``bytes / 4.3 TB/s``. The fastest candidate of each row is
-checked once against a float64 product (relative Frobenius error).
-
-``--write-table`` writes the fastest launch shape per ``(n, k, multiprocessors)`` and row count, and
-whether cuBLASLt was faster still, into
-``packages/flashinfer-gemm/src/flashinfer/gemm/kernels/blockwise/decode_gemm_table.json`` (the table
-``pick_config`` and ``cublas_ahead`` read; a run over some shapes replaces the whole table); rows go
-into ``decode_gemm_sweep.json`` under ``--out``.
-
-Run: ``PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-gemm/src python benchmarks/decode_gemm_sweep.py --out DIR --write-table``
+candidate launch shape of ``kernels.blockwise.fp8_decode_gemm`` (and of its Gluon form) on the same
+rotating input sets, next to the routes these calls took before it (cuBLASLt's blockwise
+``torch._scaled_mm``, the Gluon and tl kernels) and the floor ``bytes / HBM bandwidth``; the fastest
+candidate is checked once against a float64 product. ``--write-table`` writes the fastest shape per
+``(n, k, multiprocessors)`` and row count, and whether cuBLASLt was faster still, into the kernel's
+``decode_gemm_table.json`` (a run over some shapes replaces the whole table); the rows go to
+``decode_gemm_sweep.json`` under ``--out``. The command: RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import json
-import sys
 import time
 from pathlib import Path
 
 import torch
-from _harness import HBM_BYTES_PER_S, OUT, ceil_div, cudagraph_ms, require_cuda_gpu, rotating
+from _harness import (
+    HBM_BYTES_PER_S,
+    OUT,
+    ceil_div,
+    cudagraph_ms,
+    require_cuda_gpu,
+    rotating,
+    run_meta,
+    write_json,
+)
 
 NK = [(7168, 2048), (2112, 7168), (24576, 1536), (4096, 7168), (7168, 16384)]
 MS = [1, 8, 16, 32, 64, 128, 256]
@@ -116,7 +114,6 @@ def main() -> None:
     parser.add_argument("--kernels", default="tl,gluon", help="which kernels' launch shapes to sweep")
     args = parser.parse_args()
     require_cuda_gpu("decode_gemm_sweep.py")
-    import triton
 
     from flashinfer._core.kernel_tier import gluon_supported
     from flashinfer.gemm._args import Groupwise
@@ -136,12 +133,7 @@ def main() -> None:
     nks = [tuple(map(int, x.split(","))) for x in args.nk.split(";")]
     rows, tables = [], {"TABLE": {}, "GLUON_TABLE": {}}
     started = time.time()
-    args.out.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "device": torch.cuda.get_device_name(device), "torch": torch.__version__, "triton": triton.__version__,
-        "sms": num_sms, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(["python3", *sys.argv]),
-    }  # fmt: skip
+    meta = run_meta(sms=num_sms)
     for n, k in nks:
         kb = ceil_div(k, 128)
         for m in ms:
@@ -224,9 +216,7 @@ def main() -> None:
                     flush=True,
                 )
             # written after every row: a run cut short still leaves what it measured
-            (args.out / "decode_gemm_sweep.json").write_text(
-                json.dumps({"meta": meta, "rows": rows}, indent=1)
-            )
+            write_json(args.out / "decode_gemm_sweep.json", {"meta": meta, "rows": rows})
             if args.write_table:
                 write_tables(tables)
 

@@ -1,23 +1,14 @@
 """FP8 ``Q K^T`` precision of the sparse decode against its speed, per kernel tier.
 
-Hopper's FP8 wgmma keeps its running sum at reduced precision, so one chain over the 576
-columns of a key row loses bits the op table's LSE rule (3e-4 of ``max(1, |lse|)``) notices.
-Each setting below sums shorter chains in float32 instead:
+Hopper's FP8 wgmma keeps its running sum at reduced precision, so one chain over a key row's 576
+columns loses bits the op table's LSE rule (3e-4 of ``max(1, |lse|)``) notices; each setting sums
+shorter chains in float32: Gluon (``mla_decode_gluon.QK_CHAINS_FP8``) 1 chain or 4 (128 latent
+columns each), tl (``mla_decode.QK_IMPRECISE_ACC``) the columns after which the FP8 partial sum
+is added into a float32 one. Per setting: the LSE error of the op table's FP8 samples (worst of
+``--seeds``) and the CUDA-graph time of ``decode_tiers.py``'s FP8 target shapes.
 
-- Gluon (``mla_decode_gluon.QK_CHAINS_FP8``): 1 chain, or 4 (128 latent columns each, the rope
-  columns with the last), added on the CUDA cores;
-- tl (``mla_decode.QK_IMPRECISE_ACC``, Triton's ``max_num_imprecise_acc``): the columns after
-  which the FP8 dot's partial sum is added into a float32 one (256: once a dot, the kernel's
-  three dots of 256, 256 and 64 columns; before this setting, one chain over all 576 missed the
-  LSE rule as the Gluon kernel's did).
-
-For each setting: the LSE error of the op table's FP8 samples (over ``max(1, max |lse|)``, worst
-of several seeds) and the CUDA-graph time of the FP8 decode shapes of ``decode_tiers.py``.
-
-Run::
-
-    PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-mla/src \\
-        python3 benchmarks/decode_qk_precision.py --out OUT_DIR
+Run: ``PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-mla/src python3
+benchmarks/decode_qk_precision.py --out OUT_DIR``
 """
 
 from __future__ import annotations
@@ -29,6 +20,7 @@ import os
 import _harness as h
 import torch
 from decode_accuracy import lse_sample
+from decode_tiers import measure
 
 SAMPLES = (
     "fp8_heads80_padded",
@@ -50,15 +42,6 @@ def apply(tier: str, value) -> None:
         mla_decode_gluon.QK_CHAINS_FP8 = value
     else:
         mla_decode.QK_IMPRECISE_ACC = value
-
-
-def timed(case, plan) -> tuple[float, float]:
-    """(error against the float64 oracle, CUDA-graph median in us) of one decode case."""
-    from flashinfer.mla import _cuda
-
-    h.run_sparse(_cuda, case, plan)
-    err = h.oracle_error(case)
-    return err, h.graph_time_ms(lambda: h.run_sparse(_cuda, case, plan)) * 1e3
 
 
 def main():
@@ -92,7 +75,7 @@ def main():
         for tier, values in SETTINGS.items():
             for value in values:
                 apply(tier, value)
-                err, us = timed(case, plan)
+                err, us = measure(case, plan)
                 shape = {"batch": batch, "heads": heads, "q_len": q_len}
                 rows.append({"tier": tier, "setting": value, **shape, "graph_us": us, "rel_err": err})
                 line += f" | {tier} {value!s} {us:6.1f} us"

@@ -1,14 +1,9 @@
 """Sparse MLA decode on one CUDA device: the Gluon kernel next to the portable Triton kernel.
 
-For each shape and each kernel tier (``FLASHINFER_KERNEL_TIER``), the error against a float64
-oracle and the time per call in a CUDA graph (median of replays, inputs as in ``h.py``:
-fresh random indices into a KV pool far larger than L2), next to the floor from the measured copy
-bandwidth. ``--variants`` also times other Gluon tiles (stages, gather warps, keys a stage).
-
-Run::
-
-    PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-mla/src \\
-        python3 benchmarks/decode_tiers.py --out OUT_DIR
+For each shape and kernel tier (``FLASHINFER_KERNEL_TIER``): the error against a float64 oracle
+and the time per call in a CUDA graph (``_harness.sparse_case``'s inputs), next to the floor from
+the measured copy bandwidth. ``--variants`` also times other Gluon tiles and split counts. The
+command: RESULTS.md.
 """
 
 from __future__ import annotations
@@ -67,40 +62,33 @@ def main():
         print(line, flush=True)
         del case
     os.environ["FLASHINFER_KERNEL_TIER"] = "gluon"
-    if args.variants:
-        configs = []
-        bf16_configs = [glu.GluonDecodeConfig(block_n=32, stages=2, max_slack_log2=0.0)]
-        default = (glu.FP8_CONFIG, glu.BF16_CONFIG)
+    if args.variants:  # BF16's other tile (FP8 has none left to try), and split counts at batch 1
+        default = glu.BF16_CONFIG
         for kind, batch, heads, q_len in VARIANT_SHAPES:
             case = h.sparse_case(batch, heads, q_len, h.DTYPES[kind])
             plan = _cuda.decode_plan(batch, q_len, heads, h.TOPK, case["query"].device)
-            for config in configs if kind == "fp8" else bf16_configs:
-                if kind == "fp8":
-                    glu.FP8_CONFIG = config
-                else:
-                    glu.BF16_CONFIG = config
-                try:
-                    err, us = measure(case, plan)
-                except Exception as exc:  # a tile that does not compile or fit is reported
-                    print(f"variant {kind} B={batch} H={heads} {config}: {type(exc).__name__}: {exc}"[:300])
-                    continue
-                finally:
-                    glu.FP8_CONFIG, glu.BF16_CONFIG = default
-                rows.append({"dtype": kind, "batch": batch, "heads": heads, "q_len": q_len,
-                             "variant": str(config), "graph_us": us, "rel_err": err})  # fmt: skip
-                print(
-                    f"variant {kind} B={batch:3d} H={heads:3d} {config}: {us:7.1f} us err {err:.1e}",
-                    flush=True,
-                )
-            if batch == 1:  # split counts: more, shorter chunks against the combine's cost
+            variants = {}
+            if kind == "bf16":
+                config = glu.GluonDecodeConfig(block_n=32, stages=2, max_slack_log2=0.0)
+                variants[str(config)] = (plan, config)
+            if batch == 1:  # more, shorter chunks against the combine's cost
                 for splits in (8, 32):
                     gluon_plan = dataclasses.replace(plan.gluon, num_splits=splits)
-                    err, us = measure(case, _cuda.DecodePlans(plan.portable, gluon_plan))
-                    rows.append({"dtype": kind, "batch": batch, "heads": heads, "q_len": q_len,
-                                 "variant": f"splits={splits}", "graph_us": us, "rel_err": err})  # fmt: skip
-                    print(
-                        f"variant {kind} B={batch:3d} H={heads:3d} splits={splits}: {us:7.1f} us err {err:.1e}"
-                    )
+                    variants[f"splits={splits}"] = (_cuda.DecodePlans(plan.portable, gluon_plan), default)
+            for name, (variant_plan, config) in variants.items():
+                glu.BF16_CONFIG = config
+                try:
+                    err, us = measure(case, variant_plan)
+                except Exception as exc:  # a tile that does not compile or fit is reported
+                    print(f"variant {kind} B={batch} H={heads} {name}: {type(exc).__name__}: {exc}"[:300])
+                    continue
+                finally:
+                    glu.BF16_CONFIG = default
+                rows.append({"dtype": kind, "batch": batch, "heads": heads, "q_len": q_len, "variant": name,
+                             "graph_us": us, "rel_err": err})  # fmt: skip
+                print(
+                    f"variant {kind} B={batch:3d} H={heads:3d} {name}: {us:7.1f} us err {err:.1e}", flush=True
+                )
             del case
     with open(os.path.join(args.out, "decode_tiers.json"), "w") as f:
         json.dump({"copy_gbps": copy_bw * 1e-9, "rows": rows}, f, indent=1)

@@ -1,23 +1,17 @@
 #!/usr/bin/env bash
-# FlashMLA (deepseek-ai/FlashMLA), the anchor of the packed-cache decode benchmark
-# (`bench_mla.py --packed --flashmla`): its Hopper sparse FP8 decode reads the same 656-byte rows.
+# FlashMLA (deepseek-ai/FlashMLA), the anchor of `bench_mla.py --packed --flashmla`: its Hopper
+# sparse FP8 decode reads the same 656-byte rows.
 #
 #   prepare FLASHMLA_GIT CUTLASS_GIT   (a machine with the two repositories, e.g. git mirrors)
-#       writes benchmarks/.anchor/ (git-ignored, about 30 MB): FlashMLA's sources at FLASHMLA_COMMIT,
-#       the headers of its cutlass submodule at CUTLASS_COMMIT (include/, tools/util/include/), and
-#       a ninja wheel (torch builds serially without ninja). Carry that folder to the GPU machine.
+#       writes benchmarks/.anchor/ (git-ignored, ~30 MB): FlashMLA's sources at FLASHMLA_COMMIT, its
+#       cutlass submodule's headers at CUTLASS_COMMIT and a ninja wheel. Carry it.
 #   build                              (the H200: CUDA 13 nvcc, torch, no internet)
-#       copies the sources to benchmarks/.anchor-build/FlashMLA (git-ignored and not carried, so
-#       objects survive a second call) and builds FlashMLA's extension in place there:
-#       FLASH_MLA_DISABLE_SM100=1 (sm_90a only), TORCH_CUDA_ARCH_LIST=9.0a, ninja with MAX_JOBS
-#       jobs, one nvcc thread each (one architecture: nvcc's --threads has nothing to split).
-#       About 30 translation units, CUTLASS-heavy; expect 8-15 minutes on 16 cores. If a
-#       10-minute command limit cuts it, run `build` again: ninja resumes from the finished objects.
-#       FLASHMLA_PART=sparse-decode builds only what `flash_mla_with_kvcache(indices=...)` runs
-#       (the sparse decode kernels, their scheduler and combine, and the sm100 decode units its
-#       dispatcher names) behind a module that binds `sparse_decode_fwd` alone: 10 units, all
-#       compiled at once on 16 cores, a few minutes, so it fits beside other work in one call.
-#       Then: PYTHONPATH=benchmarks/.anchor-build/FlashMLA:... python3 benchmarks/bench_mla.py --packed --flashmla
+#       builds the extension in benchmarks/.anchor-build/FlashMLA (not carried: objects survive a
+#       second call) for sm_90a only, ninja with MAX_JOBS jobs: ~30 CUTLASS-heavy units, 8-15
+#       minutes on 16 cores; run it again if a command limit cuts it (ninja resumes).
+#       FLASHMLA_PART=sparse-decode builds only what `flash_mla_with_kvcache(indices=...)` runs,
+#       behind a module binding `sparse_decode_fwd` alone: 10 units, a few minutes. Then:
+#       PYTHONPATH=benchmarks/.anchor-build/FlashMLA:... python3 benchmarks/bench_mla.py --packed --flashmla
 set -euo pipefail
 
 FLASHMLA_COMMIT=9241ae3ef9bac614dd25e45e507e089f888280e0 # 2026-04-29, "Swap FlashMLA combine grid dimensions"
@@ -101,5 +95,5 @@ PY
 case ${1:-} in
 prepare) prepare "${2:?FlashMLA git dir}" "${3:?cutlass git dir}" ;;
 build) build ;;
-*) sed -n '2,17p' "$0"; exit 2 ;;
+*) sed -n '2,14p' "$0"; exit 2 ;;
 esac

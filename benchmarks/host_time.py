@@ -1,38 +1,25 @@
 """Host time of flashinfer calls, one section of RESULTS.md's "Host time" per ``--section``.
 
-- ``api-layer`` (CPU): each public function with tiny tensors while every implementation
-  function (``flashinfer.gemm._reference``, ``flashinfer.mla._reference``) is a no-op, so what
-  is timed is the API layer alone: validation, argument records, dispatch and (without ``out=``)
-  output allocation, minus a no-op call. Best of interleaved rounds (every round times every
-  case), in the thread's CPU time, so other processes on a shared machine count as little as
-  they can. The host-time budget: at most 5 us a call for every GEMM API with tensor scales,
-  10 us for a decode call with metadata and for RoPE, with caller-given outputs (the serving
-  calls); rows without a budget are shown for information.
+- ``api-layer`` (CPU): each public function on tiny tensors while the implementation functions are
+  no-ops: validation, argument records, dispatch and (without ``out=``) allocation, minus a no-op
+  call; best of interleaved rounds, in the thread's CPU time. Budgets, outputs given: 5 us a GEMM
+  call with tensor scales, 10 us a decode call with metadata and a RoPE call.
 - ``eager-cpu`` (CPU): the eager calls' whole NVIDIA path on CPU tensors against a stubbed H200
-  (``tests/core/launch_protocol.py``'s ``install``: compute capability 9.0, 132 multiprocessors,
-  the ``auto`` tier), the real ``FastLaunch`` in front of a compiled launcher that does nothing:
-  all but the driver's launch and the GPU. Compare rows across trees, not with a GPU's times.
-- ``launch`` (GPU): eager wall time per call with ``FastLaunch``, with Triton's own
-  ``kernel[grid]`` launch and, for the autotuned GEMM kernels, with Triton's Autotuner on every
-  call; then cProfile of the RoPE and decode calls.
-- ``calls`` (GPU): eager wall time of one public call (2,000 back to back, synchronized around
-  the batch, best of three), ours beside its anchor, against the eager-call targets. Ours and
-  upstream FlashInfer are both ``flashinfer``, so each runs in its own process: ``--impl ours``
-  (FlashMLA's decode too where ``flash_mla`` is importable, ``flashmla_anchor.sh``) and ``--impl
-  upstream`` (upstream's wheel alone on ``PYTHONPATH``, ``upstream_anchor.sh``); ``--join`` joins
-  their files and prints the table.
-- ``split`` (GPU): the same calls' host issue time (CPU time of 200 unsynchronized calls, best of
-  five) beside their GPU time (20 calls in a CUDA graph, best of five replays); ``--profile``
-  adds cProfile. ``--impl`` and ``--join`` as for ``calls``.
-- ``decode-layers`` (GPU): an eager batch-1 decode's (and one RoPE token's) host time per call,
-  layer by layer: the compiled launchers alone, + ``FastLaunch``, + ``_cuda``, + the public API;
-  then the public call's wall time and a cProfile (``--tier`` picks the decode's kernel tier).
+  (``tests/core/launch_protocol.py``), the real ``FastLaunch`` in front of a launcher that does
+  nothing: all but the driver and the GPU. Compare rows across trees, not with a GPU's times.
+- ``launch`` (GPU): eager wall time per call with ``FastLaunch``, with Triton's ``kernel[grid]``
+  and, for the autotuned GEMMs, with the Autotuner on every call; cProfile of RoPE and decode.
+- ``calls`` (GPU): eager wall time of one public call (2,000 back to back, best of three): ours
+  (``--impl ours``, FlashMLA's decode beside it where importable) or upstream's (``--impl
+  upstream``, in its own process); ``--join`` joins the runs' files and prints the table.
+- ``split`` (GPU): the same calls' host issue time (CPU time of 200 unsynchronized calls) beside
+  their GPU time (20 calls in a CUDA graph); ``--profile`` adds cProfile.
+- ``decode-layers`` (GPU): an eager batch-1 decode's (and one RoPE token's) host time layer by
+  layer: the compiled launchers, + ``FastLaunch``, + ``_cuda``, + the public API (``--tier``).
 
-Against an older commit (``--baseline REV``, the CPU sections): REV's packages (``git archive``)
-and this tree's each run in fresh processes, alternately in ABBA order, ``--repeat`` times each,
-best per row. Run from the repository root with the packages' sources on ``PYTHONPATH``, e.g.
-``python benchmarks/host_time.py --section api-layer --json PATH`` (the commands of each
-section: ``benchmarks/RESULTS.md``).
+``--baseline REV`` (CPU sections): REV's packages and this tree's, each in fresh processes,
+alternately, ``--repeat`` times each, best per row. Run from the repository root with the
+packages' sources on ``PYTHONPATH``; each section's command is in RESULTS.md.
 """
 
 from __future__ import annotations
@@ -247,17 +234,8 @@ def api_layer_tree_rows(tree: Path, args, out: Path) -> dict:
     script = ["benchmarks/host_time.py", "--section", "api-layer"]
     if not (tree / script[0]).exists():
         script = ["benchmarks/host_overhead.py"]
-    command = [
-        sys.executable,
-        *script,
-        "--iters",
-        str(args.iters),
-        "--rounds",
-        str(args.rounds),
-        "--json",
-        str(out),
-    ]
-    subprocess.run(command, cwd=tree, env=tree_env(tree), check=True)
+    options = ["--iters", str(args.iters), "--rounds", str(args.rounds), "--json", str(out)]
+    subprocess.run([sys.executable, *script, *options], cwd=tree, env=tree_env(tree), check=True)
     return {(r["api"], r["case"]): r["api_layer_us"] for r in json.loads(out.read_text())["rows"]}
 
 

@@ -1,15 +1,12 @@
 #!/usr/bin/env bash
-# One GPU run for one Triton release, beside the machine's own Triton (3.6 on the lent H100/H200):
-# the `gpu` session's tests (`tests/gpu -m "not slow"`) under the release (or, with SESSION=base,
-# under the machine's Triton), the quick start's example under both, then
-# benchmarks/triton_releases.py under the machine's Triton and under the release, in that order.
+# One GPU run for one Triton release beside the machine's own Triton: the `gpu` session's tests
+# under the release (SESSION=base: under the machine's), the quick start's example under both, then
+# triton_releases.py under the machine's Triton and under the release (ROWS=0: not).
 #
 #   here:  bash ../shared/tools/slim_triton.sh VERSION .triton-slim     (a ~45 MB copy, git-ignored)
-#   there: [SESSION=base] [ROWS=0] bash benchmarks/triton_release_gpu.sh VERSION OUT_DIR  (.triton-slim carried;
-#          ROWS=0 leaves out the headline rows)
+#   there: [SESSION=base] [ROWS=0] bash benchmarks/triton_release_gpu.sh VERSION OUT_DIR  (.triton-slim carried)
 #
-# Writes OUT_DIR/gpu_TRITON.xml (pytest's JUnit report), OUT_DIR/gpu_TRITON.log and
-# OUT_DIR/triton_{machine's,VERSION}.json; the packages come from this source tree.
+# Writes OUT_DIR/gpu_TRITON.{xml,log} and OUT_DIR/triton_{machine's,VERSION}.json.
 set -uo pipefail
 VER=${1:?triton version, e.g. 3.9.0}
 OUT=${2:-benchmarks/out}

@@ -1,20 +1,12 @@
-"""The headline rows under one Triton release: time per call and the kernel ``auto`` takes.
+"""The headline rows under one Triton release: time per call and the kernels ``auto`` launches.
 
-Run once per release on the same GPU (the release is whichever ``triton`` is importable: put a
-copy made by ``../shared/tools/slim_triton.sh`` first on ``PYTHONPATH``), then ``--table`` to put
-the runs side by side::
-
-    python benchmarks/triton_releases.py --json OUT/triton_3.6.0.json
-    PYTHONPATH=/tmp/triton-3.9.0 python benchmarks/triton_releases.py --json OUT/triton_3.9.0.json
-    python benchmarks/triton_releases.py --table OUT/triton_3.6.0.json OUT/triton_3.9.0.json
-
-Rows, each through the public API under ``FLASHINFER_KERNEL_TIER=auto``: the sparse MLA decode
-(FP8 at B=128 and B=1, BF16 at B=128; 128 heads, top-k 2048, random slots of a pool far larger
-than L2, metadata prepared once), the grouped GEMMs (contiguous and masked, DeepSeek-V3's MoE
-shapes) and the decode-size block-scaled GEMM. Each is timed as ``CALLS`` calls captured in one
-CUDA graph, the median over ``REPLAYS`` replays, per call. The kernels a call launches are read
-once, outside the timing, through Triton's launch hook (which sends that call through Triton's
-own launch).
+Run once per release on the same GPU (the release: whichever ``triton`` is importable, e.g. a
+copy made by ``../shared/tools/slim_triton.sh`` first on ``PYTHONPATH``; ``triton_release_gpu.sh``
+runs it under the machine's Triton and a release). Rows, each through the public API under
+``FLASHINFER_KERNEL_TIER=auto``: the sparse MLA decode (128 heads, top-k 2048, a pool far past
+the L2), the grouped GEMMs and the decode-size block-scaled GEMM; each timed as ``CALLS`` calls in
+one CUDA graph, the median of ``REPLAYS`` replays, per call. The kernels a call launches are read
+once, outside the timing, through Triton's launch hook.
 """
 
 from __future__ import annotations
@@ -129,19 +121,12 @@ def kernels_launched(call) -> list[str]:
     def hook(metadata):
         names.append(getattr(metadata, "data", {}).get("name", "?"))
 
-    chain = knobs.runtime.launch_enter_hook
-    if hasattr(chain, "add"):  # Triton >= 3.5: a chain of hooks
-        chain.add(hook)
-        try:
-            call()
-        finally:
-            chain.remove(hook)
-    else:
-        knobs.runtime.launch_enter_hook = hook
-        try:
-            call()
-        finally:
-            knobs.runtime.launch_enter_hook = chain
+    chain = knobs.runtime.launch_enter_hook  # a chain of hooks (Triton >= 3.5)
+    chain.add(hook)
+    try:
+        call()
+    finally:
+        chain.remove(hook)
     torch.cuda.synchronize()
     return sorted(set(names))
 

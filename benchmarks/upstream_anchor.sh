@@ -1,42 +1,27 @@
 #!/usr/bin/env bash
-# Upstream FlashInfer (flashinfer-python VERSION from PyPI) importable on the GPU machine, the in-run
-# anchor of `bench_gemm.py --upstream` (sections blockscale, bmm_fp8, mla): upstream's own
-# `fp8_blockscale_gemm_sm90` (its SM90 JIT module) and `bmm_fp8` (cuBLASLt) timed on our inputs.
+# Upstream FlashInfer (flashinfer-python VERSION from PyPI) importable on the GPU machine: the in-run
+# anchor of `bench_gemm.py --upstream` (sections blockscale, bmm_fp8, mla), upstream's own
+# `fp8_blockscale_gemm_sm90` (its SM90 JIT module) and `bmm_fp8` (cuBLASLt) on our inputs.
 #
-#   prepare      (a machine with PyPI)
-#       writes benchmarks/.anchor/upstream-wheels/ (git-ignored, about 19 MB): the cp312 wheels of
-#       flashinfer-python VERSION and apache-tvm-ffi TVM_FFI_VERSION, all that `import flashinfer`
-#       and these two modules need beyond what the GPU machine has (torch, numpy, einops, ninja,
-#       cuda-bindings, requests, tqdm, click, tabulate, nvidia-ml-py, packaging). The other
-#       requirements (cuda-tile, nccl4py, nvidia-cudnn-frontend, nvidia-cutlass-dsl) are imported
-#       lazily or inside try blocks: not needed here. Carry benchmarks/.anchor/upstream-wheels.
-#       (`flashmla_anchor.sh prepare` empties benchmarks/.anchor/ first: prepare FlashMLA before this.)
-#   setup        (the H200: CUDA 13 nvcc, no internet)
-#       installs the wheels into benchmarks/.anchor-build/upstream (pip --target, once), then builds
-#       upstream's JIT modules fp8_blockscale_gemm_90 and gemm (bmm_fp8) with ninja into
-#       benchmarks/.anchor-build/upstream-ws (FLASHINFER_WORKSPACE_BASE), then (unless
-#       UPSTREAM_WARM=0) runs upstream's fp8_blockscale_gemm_sm90 once on every bench_gemm
-#       blockscale shape in parallel processes, so that the DeepGEMM kernels it compiles at run
-#       time (nvcc through popen, one per shape configuration) are in TRTLLM_DG_CACHE_DIR before
-#       timing; it prints each step's time and a relative error per shape against the dequantized
-#       operands (about 2e-3 with FP8 input; a few 1e-2 with BF16 input, which upstream quantizes
-#       to e4m3 1x128 itself). Idempotent: a rerun (e.g. after a command cut short) redoes only
-#       what is missing (ninja keeps finished objects). Expect a few minutes for the first build:
-#       one translation unit (fp8_blockscale_gemm.cu, CUTLASS) dominates, MAX_JOBS cannot split it.
-#   env          prints the exports a later command needs to import and run upstream, e.g.
+#   prepare   (a machine with PyPI) writes benchmarks/.anchor/upstream-wheels/ (git-ignored, ~19 MB):
+#             the cp312 wheels of flashinfer-python VERSION and apache-tvm-ffi, all that these two
+#             modules need beyond the GPU machine's packages (the other requirements are imported
+#             lazily). Carry it. (`flashmla_anchor.sh prepare` empties .anchor/: run it first.)
+#   setup     (the H200: CUDA 13 nvcc, no internet) installs the wheels into .anchor-build/upstream,
+#             builds the two JIT modules with ninja, then (unless UPSTREAM_WARM=0) runs
+#             fp8_blockscale_gemm_sm90 once per bench_gemm blockscale shape in parallel processes,
+#             so the DeepGEMM kernels it compiles at first use are cached (TRTLLM_DG_CACHE_DIR)
+#             before timing; prints each step's time and a relative error per shape. Idempotent;
+#             the first build takes minutes (one CUTLASS translation unit dominates).
+#   env       prints the exports that import and run upstream, e.g.
 #           bash benchmarks/upstream_anchor.sh setup && eval "$(bash benchmarks/upstream_anchor.sh env)" && \
 #               python3 benchmarks/bench_gemm.py --upstream --sections blockscale --out $OUT/upstream
-#       (none of our packages' sources on PYTHONPATH there: `import flashinfer` must be upstream's).
+#       (none of our packages on PYTHONPATH there: `import flashinfer` must be upstream's).
 #
-# What the two modules need at run time, offline: the flashinfer-python wheel ships the sources
-# and headers (flashinfer/data/{csrc,include,cutlass,cccl,spdlog}); flashinfer-jit-cache
-# (prebuilt .so files) and flashinfer-cubin (trtllm-gen cubins, otherwise downloaded on demand)
-# are not used by these modules. The blockscale module links -lcudart -lcuda -lnvrtc, the gemm
-# module -lcublas -lcublasLt, from $CUDA_HOME/lib64 (and lib64/stubs); where those are missing
-# (a toolkit from pip wheels) setup links them into benchmarks/.anchor-build/upstream-lib and
-# passes FLASHINFER_EXTRA_LDFLAGS. fp8_blockscale_gemm_sm90 runs TensorRT-LLM's DeepGEMM: its
-# kernels are generated per (n, k, block config) and compiled with $CUDA_HOME/bin/nvcc at first
-# use (headers from flashinfer/data/csrc/nv_internal/tensorrt_llm), cached under TRTLLM_DG_CACHE_DIR.
+# Offline, the wheel ships the sources and headers the two modules build from (flashinfer/data);
+# they link cudart, cuda, nvrtc, cublas and cublasLt from $CUDA_HOME/lib64, and where a toolkit
+# from pip wheels lacks them setup links them into .anchor-build/upstream-lib
+# (FLASHINFER_EXTRA_LDFLAGS).
 set -euo pipefail
 
 VERSION=0.6.17
@@ -58,15 +43,9 @@ prepare() {
     du -sh "$wheels"
 }
 
-find_cuda_home() { # as deepgemm_anchor.sh: CUDA_HOME, /usr/local/cuda, nvcc's on PATH
-    local cuda_home=${CUDA_HOME:-}
-    if [ ! -x "$cuda_home/bin/nvcc" ]; then
-        if [ -x /usr/local/cuda/bin/nvcc ]; then
-            cuda_home=/usr/local/cuda
-        elif command -v nvcc > /dev/null; then
-            cuda_home=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
-        fi
-    fi
+find_cuda_home() { # as the benchmarks find it: CUDA_HOME, /usr/local/cuda, nvcc's on PATH
+    local cuda_home
+    cuda_home=$(PYTHONPATH=$here python3 -c 'import _deepgemm; print(_deepgemm.cuda_home() or "")')
     [ -x "$cuda_home/bin/nvcc" ] || { echo "no nvcc under '$cuda_home' (set CUDA_HOME)" >&2; exit 2; }
     echo "$cuda_home"
 }
@@ -215,5 +194,5 @@ case ${1:-} in
 prepare) prepare ;;
 setup) setup ;;
 env) env_exports ;;
-*) sed -n '2,39p' "$0"; exit 2 ;;
+*) sed -n '2,24p' "$0"; exit 2 ;;
 esac

@@ -1,19 +1,15 @@
 #!/usr/bin/env bash
 # FlashInfer's own tests for the APIs we ship, run against our packages on a GPU machine.
 #
-#   prepare FLASHINFER_GIT   (a machine with the repository, e.g. a git mirror)
-#       writes benchmarks/.anchor/upstream/ (git-ignored, under 1 MB): the test files of TAG
-#       for these APIs at their paths under tests/, with the helpers they import, a conftest.py
-#       that lifts their compute-capability gates, and wheels of einops and pytest-xdist (the GPU
-#       machine has no internet). Carry that folder.
-#   run [PYTEST ARGS]        (the GPU machine)
-#       installs the wheels into benchmarks/.anchor-build/tools and runs pytest on the carried
-#       files with the four packages' sources on PYTHONPATH, e.g.
+#   prepare FLASHINFER_GIT   (a machine with the repository) writes benchmarks/.anchor/upstream/
+#       (git-ignored, under 1 MB): TAG's test files for these APIs and the helpers they import, a
+#       conftest.py that lifts their compute-capability gates, and wheels of einops and
+#       pytest-xdist. Carry it.
+#   run [PYTEST ARGS]        (the GPU machine) runs pytest on them with our four packages, e.g.
 #           bash benchmarks/upstream_tests.sh run tests/attention/test_trtllm_gen_mla.py -k sparse -n 8
 #
-# The gates: upstream runs trtllm-gen MLA only on compute capability 10.x (its kernels are
-# sm100 cubins); ours runs on any CUDA GPU, so the conftest makes each test module see (10, 0)
-# from `get_compute_capability`. Every other skip of upstream's stays.
+# Upstream runs trtllm-gen MLA on compute capability 10.x only (sm100 cubins); ours runs on any
+# CUDA GPU, so each test module sees (10, 0) from `get_compute_capability`. Other skips stay.
 set -euo pipefail
 
 TAG=v0.6.17
@@ -63,5 +59,5 @@ run() {
 case ${1:-} in
 prepare) prepare "${2:?FlashInfer git dir}" ;;
 run) shift; run "$@" ;;
-*) sed -n '2,16p' "$0"; exit 2 ;;
+*) sed -n '2,12p' "$0"; exit 2 ;;
 esac
