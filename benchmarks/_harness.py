@@ -1,17 +1,11 @@
 """The benchmarks' shared harness: what a GPU script needs, how every script times, the cases.
 
-Timing, in one place so that every table means the same thing by "median", "in a graph" or
-"eager":
-
-- ``median_ms``: ``triton.testing.do_bench`` (CUDA events), the median;
-- ``cudagraph_ms``: ``triton.testing.do_bench_cudagraph`` over rotating input sets (``rotating``),
-  so operands come from HBM and not from the L2 the previous call filled;
-- ``graph_time_ms`` and ``replay_us``: calls captured in one CUDA graph, per call;
-- ``host_us``: back-to-back calls on the host clock (``eager_wall_us``: synchronized, wall time).
-
-The cases (the sparse decode's random pool, sglang's RoPE call, the FP8 GEMM operands) are the
-ones every script times. Importable without a GPU: torch, Triton and flashinfer are imported
-where a function needs them.
+The timing loops, in one place so that every table means the same by "median", "in a graph" or
+"eager": ``median_ms`` (``do_bench``, CUDA events), ``cudagraph_ms`` (``do_bench_cudagraph`` over
+``rotating`` input sets, operands from HBM), ``graph_time_ms`` and ``replay_us`` (calls captured
+in one CUDA graph), ``host_us`` and ``eager_wall_us`` (host clocks). The cases (the sparse
+decode's pool, sglang's RoPE call, the FP8 GEMM operands) are those every script times.
+Importable without a GPU: Triton and flashinfer are imported where a function needs them.
 """
 
 from __future__ import annotations

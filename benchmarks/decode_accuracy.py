@@ -1,19 +1,11 @@
 """Sparse MLA decode on one CUDA device: repeatability and accuracy of each kernel tier.
 
-Two sets of inputs, each run through both kernel tiers (``FLASHINFER_KERNEL_TIER`` gluon, tl):
-
-- FlashInfer v0.6.17's sparse decode test (``trtllm_batch_decode_mla_sparse`` of
-  ``tests/attention/test_trtllm_gen_mla.py``, carried by ``benchmarks/upstream_tests.sh
-  prepare``), its own data and tolerance, each case ``--repeats`` times. Per case: how many
-  calls passed, how many distinct outputs the repeats gave (more than one: a race), and the
-  worst element's error over upstream's bound ``atol + rtol * |ref|`` (above 1 fails);
-- the op table's decode samples (``tests/mla_ops.py``) with an LSE: the LSE's error against the
-  float64 oracle, over ``max(1, max |lse|)`` (the GPU rule of ``tests/oracles.py``: 3e-4).
-
-Run from the repository root::
-
-    PYTHONPATH=packages/flashinfer-core/src:packages/flashinfer-mla/src \\
-        python3 benchmarks/decode_accuracy.py --out OUT_DIR
+Both tiers (``FLASHINFER_KERNEL_TIER`` gluon, tl) on two sets of inputs: FlashInfer v0.6.17's sparse
+decode test cases (``trtllm_batch_decode_mla_sparse``, carried by ``upstream_tests.sh prepare``),
+its own data and tolerance, each ``--repeats`` times (calls passed, distinct outputs: more than
+one is a race, the worst element's error over ``atol + rtol * |ref|``); and the op table's decode
+samples with an LSE (``tests/mla_ops.py``), the LSE's error against the float64 oracle over
+``max(1, max |lse|)`` (the GPU rule: 3e-4). The command: RESULTS.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Time the GPU test suite on this machine: ``tests/gpu`` as the ``gpu`` and ``gpu-slow`` nox
 sessions run it, with pytest-xdist workers.
 
-Each part is one pytest process (``-m "not slow"``, then ``-m slow``) over ``tests/gpu``; its
-wall time, its counts (from pytest's JUnit XML) and its slowest tests go into one JSON file,
-which ``benchmarks/report.py`` turns into RESULTS.md's "GPU suite" block. The packages come from
-the Python that runs this (installed, or on ``PYTHONPATH``).
-
-Run: ``python benchmarks/gpu_suite.py [--workers 8] [--json PATH] [-- extra pytest args]``.
+Each part is one pytest process (``-m "not slow"``, then ``-m slow``); its wall time, counts (from
+pytest's JUnit XML) and slowest tests go into one JSON file (RESULTS.md's "GPU suite"). The
+packages come from the Python that runs this. Run: ``python benchmarks/gpu_suite.py [--workers 8]
+[--json PATH] [-- extra pytest args]``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Rebuild the generated parts of ``benchmarks/RESULTS.md``, and its plots, from ``benchmarks/results/``.
 
-RESULTS.md is prose around generated blocks::
-
-    <!-- results:NAME -->
-    (written by this script: a table, the Summary, a sentence with numbers)
-    <!-- /results -->
-
-Each block is built by the function ``BLOCKS[NAME]`` of its section's module in
-``benchmarks/report_sections/`` from the JSON files of ``report_sections.FILES`` (one file, the
-newest run, per kind of measurement; the older files in ``results/`` are history), and the
-Summary's numbers come from the same rows as the section tables. Run from anywhere, no GPU::
+RESULTS.md is prose around blocks ``<!-- results:NAME -->`` ... ``<!-- /results -->``, each built
+by ``BLOCKS[NAME]`` of its section's module in ``report_sections/`` from the newest run of each
+kind (``report_sections.FILES``). Run from anywhere, no GPU::
 
     python benchmarks/report.py              # rewrite the blocks and redraw the plots (matplotlib)
     python benchmarks/report.py --no-plots   # the blocks only
     python benchmarks/report.py --check      # exit 1 if RESULTS.md is not what it would write
-
-To update a section: copy the new run's JSON into ``results/``, point ``FILES`` at it, run this.
 """
 
 from __future__ import annotations
@@ -35,21 +26,8 @@ BLOCKS = summary.BLOCKS | gemm.BLOCKS | mla.BLOCKS | host.BLOCKS | suites.BLOCKS
 BLOCK = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results -->)", re.DOTALL)
 
 
-# ----------------------------------------------------------------------------- RESULTS.md and plots
-
-
 def render(text: str) -> str:
-    """RESULTS.md's text with every generated block rewritten from the JSON files.
-
-    Parameters
-    ----------
-    text : str
-        RESULTS.md as it is.
-
-    Returns
-    -------
-    str
-        The same text, each block's content replaced by what ``BLOCKS[NAME]`` builds.
+    """``text`` (RESULTS.md) with each block's content replaced by what ``BLOCKS[NAME]`` builds.
 
     Raises
     ------
@@ -64,14 +42,8 @@ def render(text: str) -> str:
 
 
 def draw_plots() -> list[Path]:
-    """Redraw the two plots from the rows the tables show (needs matplotlib).
-
-    Returns
-    -------
-    list of Path
-        ``results/mla_h200.png`` (the tl decode grid and the RoPE rows) and ``results/gemm_h200.png``
-        (every ``bench_gemm.py`` section of the tables).
-    """
+    """Redraw ``results/mla_h200.png`` (the tl decode grid, RoPE) and ``results/gemm_h200.png`` (the
+    ``bench_gemm.py`` tables) from the rows the tables show (needs matplotlib); returns their paths."""
     mla_rows = [r for r in load("decode_grid")["rows"] if r["op"] == "sparse_decode"]
     mla_rows += [r for r in load("rope")["rows"] if r["op"] == "rope_quantize"]
     paths = [RESULTS / "mla_h200.png", RESULTS / "gemm_h200.png"]
@@ -81,19 +53,8 @@ def draw_plots() -> list[Path]:
 
 
 def main(argv=None) -> int:
-    """Rewrite RESULTS.md and the plots, or with ``--check`` compare only.
-
-    Parameters
-    ----------
-    argv : list of str, optional
-        The arguments (default: the command line).
-
-    Returns
-    -------
-    int
-        The exit status: 1 when ``--check`` finds RESULTS.md out of date (the difference goes to
-        stderr), else 0.
-    """
+    """Rewrite RESULTS.md and the plots, or with ``--check`` compare only: 1 when RESULTS.md is out
+    of date (the difference goes to stderr), else 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--check", action="store_true", help="exit 1 if RESULTS.md is out of date; write nothing"

@@ -45,18 +45,7 @@ FILES = {
 
 @cache
 def load(kind: str):
-    """The parsed JSON of one run.
-
-    Parameters
-    ----------
-    kind : str
-        A key of ``FILES``.
-
-    Returns
-    -------
-    dict or list
-        The file's JSON (read once).
-    """
+    """The parsed JSON of the run ``FILES[kind]`` (read once)."""
     return json.loads((RESULTS / FILES[kind]).read_text())
 
 
@@ -76,22 +65,9 @@ def sci(value: float) -> str:
 
 
 def span(values, digits=2, unit="x") -> str:
-    """The range of ``values`` as the tables print them.
-
-    Parameters
-    ----------
-    values : iterable of float
-        The values of a column's rows.
-    digits : int
-        Decimals, as the table prints the column (the ends are then cells of that column).
-    unit : str
-        Appended once: ``"x"`` gives ``1.09-1.44x``.
-
-    Returns
-    -------
-    str
-        ``lo-hi`` and the unit, or the one value where all print alike.
-    """
+    """The range of ``values`` printed with ``digits`` decimals as their table prints them (so the
+    ends are cells of that column), ``unit`` appended once: ``1.09-1.44x``, or the one value where
+    all print alike."""
     cells = sorted({f"{v:.{digits}f}" for v in values}, key=float)
     return (cells[0] if len(cells) == 1 else f"{cells[0]}-{cells[-1]}") + unit
 
@@ -102,20 +78,9 @@ def shown(value, digits=2) -> float:
 
 
 def verdict(passed, where=None) -> str:
-    """The Summary's last column.
-
-    Parameters
-    ----------
-    passed : list of bool
-        Whether each check of the target passes (on the values as the tables print them).
-    where : list of str, optional
-        What each check covers ("at m = 4096"), to say where the target is missed.
-
-    Returns
-    -------
-    str
-        ``met`` when all pass, ``miss`` when none does, else where it misses.
-    """
+    """The Summary's last column: ``met`` when every check of the target passes (on the values as
+    the tables print them), ``miss`` when none does, else ``miss`` and the ``where`` of each check
+    that fails ("at m = 4096")."""
     if all(passed):
         return "met"
     if not any(passed):
