@@ -1,29 +1,21 @@
 """GEMM benchmarks on an NVIDIA GPU: the public API and each kernel tier next to their anchors.
 
-Sections, on DeepSeek-V3 shapes:
+Sections, on DeepSeek-V3 shapes: ``groupwise`` (``gemm_fp8_nt_groupwise``, K- and MN-major scales,
+against ``torch._scaled_mm`` blockwise with scales already in cuBLASLt's layout and per-tensor),
+``bmm_fp8`` (b = 1, against ``_scaled_mm`` per-tensor and ``torch.bmm`` BF16), ``mla`` (the MLA
+absorb products, 128 heads: ``bmm_fp8`` and ``bmm_bf16`` against ``torch.bmm`` BF16), ``bf16``
+(``bmm_bf16``, BF16 and FP32 output), ``grouped`` (contiguous, ``m_indptr`` and masked, against the
+dense blockwise ``_scaled_mm`` of equal FLOPs), ``blockscale`` (``fp8_blockscale_gemm_sm90``, BF16
+and FP8 input, against ``_scaled_mm`` blockwise on operands already quantized) and ``reference``
+(the float32 reference). Each row names its tier: ``api`` (the public API picks), ``gluon`` and
+``tl`` (our kernels called directly), ``cublas``, ``reference``, ``deepgemm``.
 
-- ``groupwise``: ``gemm_fp8_nt_groupwise`` (K- and MN-major scales) against ``torch._scaled_mm``
-  blockwise (scales already in cuBLASLt's layout, so our relayout counts against us) and
-  per-tensor (the FP8 library ceiling);
-- ``bmm_fp8``: ``bmm_fp8`` at b = 1 against ``torch._scaled_mm`` per-tensor and ``torch.bmm`` BF16;
-- ``mla``: the MLA absorb products (128 heads, 64-512 tokens, 128 -> 512 and 512 -> 128):
-  ``bmm_fp8`` and ``bmm_bf16`` against ``torch.bmm`` BF16;
-- ``bf16``: ``bmm_bf16`` on square shapes (BF16 and FP32 output) against ``torch.bmm``;
-- ``grouped``: the contiguous, ``m_indptr`` and masked grouped GEMMs against the dense blockwise
-  ``torch._scaled_mm`` of equal FLOPs;
-- ``blockscale``: ``fp8_blockscale_gemm_sm90`` with BF16 input (quantized inside, vLLM's call)
-  and FP8 input against ``torch._scaled_mm`` blockwise on operands already quantized;
-- ``reference``: the float32 reference implementation on two small shapes.
-
-Each row names its tier: ``api`` (the public API picks), ``gluon`` and ``tl`` (our kernels called
-directly), ``cublas``, ``reference``, ``deepgemm``. ``--upstream`` times the importable
-``flashinfer`` as upstream's (mla, bmm_fp8, blockscale; ``upstream_anchor.sh``), ``--compare``
-then sets ours against that run per shape. ``--deepgemm`` adds DeepGEMM to groupwise and grouped
-(``deepgemm_anchor.sh``, ``_deepgemm.py``): same input sets, its scale layout prepared ahead, its
-output checked once against ours; our rows then carry ``vs_deepgemm``, its time over ours.
-``--tiles`` also times every other Gluon tile in groupwise, grouped and mla (the ``Gluon kernel``
-row is the tile ``pick_config`` picks, named in ``config``): with ``--deepgemm``, the run behind
-RESULTS.md's tables of the Gluon GEMMs next to DeepGEMM.
+``--upstream`` times the importable ``flashinfer`` as upstream's (``upstream_anchor.sh``);
+``--compare`` sets ours against such a run per shape. ``--deepgemm`` adds DeepGEMM to groupwise and
+grouped (``deepgemm_anchor.sh``, ``_deepgemm.py``): same input sets, its scale layout prepared
+ahead, its output checked once against ours; our rows then carry ``vs_deepgemm``, its time over
+ours. ``--tiles`` also times every Gluon tile (the ``Gluon kernel`` row is the one ``pick_config``
+picks, named in ``config``): with ``--deepgemm``, RESULTS.md's tables of the Gluon GEMMs.
 
 Timing: ``_harness.cudagraph_ms`` (CUDA-graph replays, input sets past the L2, median); the floor
 is ``max(bytes / HBM bandwidth, FLOPs / peak)``. Writes ``gemm.json`` (``gemm_upstream.json`` with
