@@ -47,7 +47,7 @@ _BLOCKWISE_CUBLAS_MAJOR = 9
 _CUBLAS_ALIGNMENT_BYTES = 16
 # Dense block-scaled GEMMs up to this many rows take the Gluon kernel before cuBLASLt (small m is
 # bound by reading B, which cuBLASLt does far above the floor); above it cuBLASLt, which leads at
-# large m, until benchmarks/gluon_gemm_probe.py shows the Gluon tiles ahead (the figures:
+# large m, until benchmarks/bench_gemm.py --tiles shows the Gluon tiles ahead (the figures:
 # benchmarks/RESULTS.md, "FP8 GEMMs").
 GLUON_OVER_CUBLAS_MAX_M = 256
 # Whether FLASHINFER_KERNEL_TIER=auto takes the Gluon dense GEMM and bmm (behind cuBLASLt at most
