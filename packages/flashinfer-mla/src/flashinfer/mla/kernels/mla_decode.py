@@ -163,58 +163,98 @@ def _scores(q, k, acc, UPCAST_QK: tl.constexpr, QK_IMPRECISE_ACC: tl.constexpr):
 
 
 @triton.jit
+def _online_softmax_step(s, k_lo, k_hi, m_i, l_i, acc_lo, acc_hi):
+    # fold one block of scores (exp2 domain) into the running maximum, sum and output; a row
+    # with nothing seen yet keeps m = -inf, exponentiated against 0
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_ref)
+    p = tl.exp2(s - m_ref[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    # a bf16 PV dot: FP8 values are upcast (a no-op for bf16 rows)
+    p = p.to(tl.bfloat16)
+    acc_lo = tl.dot(p, k_lo.to(tl.bfloat16), acc_lo * alpha[:, None])
+    acc_hi = tl.dot(p, k_hi.to(tl.bfloat16), acc_hi * alpha[:, None])
+    return m_new, l_i, acc_lo, acc_hi
+
+
+@triton.jit
+def _store_output(
+    # the chunk's running state (the whole list: one split)
+    acc_lo, acc_hi, m_i, l_i, heads, head_ok, dh, batch, token,
+    # sinks, output scale, outputs and their strides
+    sinks_ptr, bmm2_scale, out_ptr, lse_ptr, stride_ob, stride_ot, stride_oh, stride_lb, stride_lt, stride_lh,
+    # meta-parameters
+    D_V: tl.constexpr, HAS_SINKS: tl.constexpr, HAS_LSE: tl.constexpr, SCALE2_ON_DEVICE: tl.constexpr,
+    SINK_IN_LSE: tl.constexpr,
+):  # fmt: skip
+    # the final output rows, normalized by the sum (and the sinks' mass), and their LSE
+    seen = l_i > 0.0
+    denom = l_i
+    if HAS_SINKS:
+        sink = tl.load(sinks_ptr + heads, mask=head_ok, other=0.0) * LOG2E
+        denom += tl.exp2(sink - tl.where(seen, m_i, 0.0))
+    if SCALE2_ON_DEVICE:
+        scale2 = tl.load(bmm2_scale)
+    else:
+        scale2 = bmm2_scale
+    o_scale = tl.where(seen, scale2 / tl.where(seen, denom, 1.0), 0.0)[:, None]
+    o_row = out_ptr + batch.to(tl.int64) * stride_ob + token * stride_ot + heads[:, None] * stride_oh
+    o_type = out_ptr.dtype.element_ty
+    tl.store(o_row + dh[None, :], (acc_lo * o_scale).to(o_type), mask=head_ok[:, None])
+    tl.store(o_row + D_V // 2 + dh[None, :], (acc_hi * o_scale).to(o_type), mask=head_ok[:, None])
+    if HAS_LSE:
+        if SINK_IN_LSE:
+            some = denom > 0.0
+            lse = tl.where(
+                some, tl.where(seen, m_i, 0.0) + tl.log2(tl.where(some, denom, 1.0)), float("-inf")
+            )
+        else:
+            lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
+        tl.store(lse_ptr + batch * stride_lb + token * stride_lt + heads * stride_lh, lse, mask=head_ok)
+
+
+@triton.jit
+def _store_partials(
+    acc_lo, acc_hi, m_i, l_i, heads, head_ok, dh, workspace_ptr, workspace_pad,
+    split, row, head_blocks, num_heads, num_splits, D_V: tl.constexpr,
+):  # fmt: skip
+    # one split's share for the combine kernel: its output normalized by its own sum, and its LSE.
+    # [num_splits, rows * H, D_V] outputs, then [num_splits, rows * H] LSEs, float32 from the
+    # first 16-byte boundary of the byte workspace
+    seen = l_i > 0.0
+    workspace_ptr = (workspace_ptr + workspace_pad).to(tl.pointer_type(tl.float32))
+    part_rows = (tl.num_programs(0) // (head_blocks * num_splits)) * num_heads
+    part_row = (split * part_rows + row * num_heads + heads).to(tl.int64)
+    o_scale = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)[:, None]
+    o_part = workspace_ptr + part_row[:, None] * D_V
+    tl.store(o_part + dh[None, :], acc_lo * o_scale, mask=head_ok[:, None])
+    tl.store(o_part + D_V // 2 + dh[None, :], acc_hi * o_scale, mask=head_ok[:, None])
+    lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
+    lse_part = workspace_ptr + num_splits * part_rows.to(tl.int64) * D_V
+    tl.store(lse_part + part_row, lse, mask=head_ok)
+
+
+@triton.jit
 def mla_decode_kernel(
     # query, key pool, key list (indices or block table), lengths, per-head sinks
-    q_ptr,
-    kv_ptr,
-    list_ptr,
-    seq_lens_ptr,
-    sinks_ptr,
+    q_ptr, kv_ptr, list_ptr, seq_lens_ptr, sinks_ptr,
     # scales: a float, or a pointer to a 0-dim float32 tensor (SCALE*_ON_DEVICE)
-    bmm1_scale,
-    bmm2_scale,
+    bmm1_scale, bmm2_scale,
     # outputs: final (one split) or the workspace partials (several splits)
-    out_ptr,
-    lse_ptr,
-    workspace_ptr,
-    workspace_pad,
+    out_ptr, lse_ptr, workspace_ptr, workspace_pad,
     # sizes
-    q_len,
-    num_heads,
-    list_width,
-    num_kv_rows,
-    num_splits,
+    q_len, num_heads, list_width, num_kv_rows, num_splits,
     # strides, in elements
-    stride_qb,
-    stride_qt,
-    stride_qh,
-    stride_kv_row,
-    stride_kv_tok,
-    stride_list_row,
-    stride_ob,
-    stride_ot,
-    stride_oh,
-    stride_lb,
-    stride_lt,
-    stride_lh,
+    stride_qb, stride_qt, stride_qh, stride_kv_row, stride_kv_tok, stride_list_row,
+    stride_ob, stride_ot, stride_oh, stride_lb, stride_lt, stride_lh,
     # meta-parameters
-    D_V: tl.constexpr,
-    D_ROPE: tl.constexpr,
-    PAGE_SIZE: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    SPLIT: tl.constexpr,
-    HAS_SINKS: tl.constexpr,
-    HAS_LSE: tl.constexpr,
-    SCALE1_ON_DEVICE: tl.constexpr,
-    SCALE2_ON_DEVICE: tl.constexpr,
-    UPCAST_QK: tl.constexpr,
-    QK_IMPRECISE_ACC: tl.constexpr,
-    PACKED: tl.constexpr,
-    LENGTH_MODE: tl.constexpr,
-    SINK_IN_LSE: tl.constexpr,
-    SLOT_PAGE: tl.constexpr = 0,
-):
+    D_V: tl.constexpr, D_ROPE: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, HAS_SINKS: tl.constexpr, HAS_LSE: tl.constexpr,
+    SCALE1_ON_DEVICE: tl.constexpr, SCALE2_ON_DEVICE: tl.constexpr, UPCAST_QK: tl.constexpr,
+    QK_IMPRECISE_ACC: tl.constexpr, PACKED: tl.constexpr, LENGTH_MODE: tl.constexpr,
+    SINK_IN_LSE: tl.constexpr, SLOT_PAGE: tl.constexpr = 0,
+):  # fmt: skip
     # program -> (head block, split, query token): head blocks of one chunk are neighbours, so
     # the second gather of the same rows hits L2
     pid = tl.program_id(0)
@@ -279,55 +319,19 @@ def mla_decode_kernel(
             s = _scores(q_rope, k_rope, s, UPCAST_QK, QK_IMPRECISE_ACC)
         s = tl.where(valid[None, :], s * scale_log2, float("-inf"))
 
-        # online softmax; a row with nothing seen yet keeps m = -inf, exponentiated against 0
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_ref)
-        p = tl.exp2(s - m_ref[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        # a bf16 PV dot: FP8 values are upcast (a no-op for bf16 rows)
-        p = p.to(tl.bfloat16)
-        acc_lo = tl.dot(p, k_lo.to(tl.bfloat16), acc_lo * alpha[:, None])
-        acc_hi = tl.dot(p, k_hi.to(tl.bfloat16), acc_hi * alpha[:, None])
-        m_i = m_new
+        m_i, l_i, acc_lo, acc_hi = _online_softmax_step(s, k_lo, k_hi, m_i, l_i, acc_lo, acc_hi)
 
-    seen = l_i > 0.0
     if not SPLIT:
-        denom = l_i
-        if HAS_SINKS:
-            sink = tl.load(sinks_ptr + heads, mask=head_ok, other=0.0) * LOG2E
-            denom += tl.exp2(sink - tl.where(seen, m_i, 0.0))
-        if SCALE2_ON_DEVICE:
-            scale2 = tl.load(bmm2_scale)
-        else:
-            scale2 = bmm2_scale
-        o_scale = tl.where(seen, scale2 / tl.where(seen, denom, 1.0), 0.0)[:, None]
-        o_row = out_ptr + batch.to(tl.int64) * stride_ob + token * stride_ot + heads[:, None] * stride_oh
-        o_type = out_ptr.dtype.element_ty
-        tl.store(o_row + dh[None, :], (acc_lo * o_scale).to(o_type), mask=head_ok[:, None])
-        tl.store(o_row + D_V // 2 + dh[None, :], (acc_hi * o_scale).to(o_type), mask=head_ok[:, None])
-        if HAS_LSE:
-            if SINK_IN_LSE:
-                some = denom > 0.0
-                lse = tl.where(
-                    some, tl.where(seen, m_i, 0.0) + tl.log2(tl.where(some, denom, 1.0)), float("-inf")
-                )
-            else:
-                lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
-            tl.store(lse_ptr + batch * stride_lb + token * stride_lt + heads * stride_lh, lse, mask=head_ok)
+        _store_output(
+            acc_lo, acc_hi, m_i, l_i, heads, head_ok, dh, batch, token,
+            sinks_ptr, bmm2_scale, out_ptr, lse_ptr, stride_ob, stride_ot, stride_oh, stride_lb, stride_lt, stride_lh,
+            D_V, HAS_SINKS, HAS_LSE, SCALE2_ON_DEVICE, SINK_IN_LSE,
+        )  # fmt: skip
     else:
-        # partials: [num_splits, rows * H, D_V] outputs, then [num_splits, rows * H] LSEs,
-        # float32 from the first 16-byte boundary of the byte workspace
-        workspace_ptr = (workspace_ptr + workspace_pad).to(tl.pointer_type(tl.float32))
-        part_rows = (tl.num_programs(0) // (head_blocks * num_splits)) * num_heads
-        part_row = (split * part_rows + row * num_heads + heads).to(tl.int64)
-        o_scale = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)[:, None]
-        o_part = workspace_ptr + part_row[:, None] * D_V
-        tl.store(o_part + dh[None, :], acc_lo * o_scale, mask=head_ok[:, None])
-        tl.store(o_part + D_V // 2 + dh[None, :], acc_hi * o_scale, mask=head_ok[:, None])
-        lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
-        lse_part = workspace_ptr + num_splits * part_rows.to(tl.int64) * D_V
-        tl.store(lse_part + part_row, lse, mask=head_ok)
+        _store_partials(
+            acc_lo, acc_hi, m_i, l_i, heads, head_ok, dh, workspace_ptr, workspace_pad,
+            split, row, head_blocks, num_heads, num_splits, D_V,
+        )  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
