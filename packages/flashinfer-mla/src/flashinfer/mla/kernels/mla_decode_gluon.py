@@ -518,6 +518,85 @@ def _output_partition(
 
 
 @gluon.jit
+def _partial_pointers(
+    workspace_ptr, workspace_pad, split, row, head_blocks, num_heads, num_splits, D_V: gl.constexpr
+):
+    # where this program's split partials go: [num_splits, rows * H, D_V] outputs, then
+    # [num_splits, rows * H] LSEs, float32 from the first 16-byte boundary of the byte workspace
+    workspace_f32 = (workspace_ptr + workspace_pad).to(gl.pointer_type(gl.float32))
+    part_rows = (gl.num_programs(0) // (head_blocks * num_splits)) * num_heads
+    part_row0 = split.to(gl.int64) * part_rows + row * num_heads
+    part_ptr = workspace_f32 + part_row0 * D_V
+    part_lse_ptr = workspace_f32 + num_splits * part_rows.to(gl.int64) * D_V + part_row0
+    return part_ptr, part_lse_ptr
+
+
+@gluon.jit
+def _stage_query(
+    q_ptr, batch, token, head0, num_heads, stride_qb, stride_qt, stride_qh,
+    lat_smem: gl.constexpr, rope_smem: gl.constexpr, D_V: gl.constexpr, D_ROPE: gl.constexpr,
+):  # fmt: skip
+    # the query of this program's heads in shared memory, loaded once: the A operand of every
+    # Q K^T (latent and rope parts in the stages' swizzles)
+    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    q_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
+    heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, q_layout))
+    q_row = q_ptr + batch.to(gl.int64) * stride_qb + token * stride_qt + heads[:, None] * stride_qh
+    head_ok = (heads < num_heads)[:, None]
+    q_lat = gl.allocate_shared_memory(dtype, [BLOCK_H, D_V], lat_smem)
+    for c in gl.static_range(D_V // 128):  # 128 columns at a time: few registers
+        cols = c * 128 + gl.arange(0, 128, layout=gl.SliceLayout(0, q_layout))
+        q_lat.slice(c * 128, 128, dim=1).store(gl.load(q_row + cols[None, :], mask=head_ok, other=0.0))
+    rope_cols = D_V + gl.arange(0, D_ROPE, layout=gl.SliceLayout(0, q_layout))
+    q_rope = gl.allocate_shared_memory(
+        dtype, [BLOCK_H, D_ROPE], rope_smem, gl.load(q_row + rope_cols[None, :], mask=head_ok, other=0.0)
+    )
+    return q_lat, q_rope
+
+
+@gluon.jit
+def _raw_ring(
+    lat_ring, rope_ring, bias_ring, vec_smem: gl.constexpr,
+    BLOCK_N: gl.constexpr, D_V: gl.constexpr, D_ROPE: gl.constexpr, PACKED: gl.constexpr,
+):  # fmt: skip
+    # the packed gather's raw ring (RAW_LAG + 1 blocks of codes, scales, RoPE values and bias);
+    # without PACKED the bf16 rings stand in (never read)
+    if PACKED:
+        # row-major, unswizzled: 8 lanes of a copy or a load cover 128 contiguous bytes of one row
+        raw_smem: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0])
+        raw_codes = gl.allocate_shared_memory(gl.uint8, [RAW_LAG + 1, BLOCK_N, D_V], raw_smem)
+        raw_scales = gl.allocate_shared_memory(gl.float32, [RAW_LAG + 1, BLOCK_N, 4], raw_smem)
+        raw_rope = gl.allocate_shared_memory(gl.bfloat16, [RAW_LAG + 1, BLOCK_N, D_ROPE], raw_smem)
+        raw_bias = gl.allocate_shared_memory(gl.float32, [RAW_LAG + 1, BLOCK_N], vec_smem)
+        return raw_codes, raw_scales, raw_rope, raw_bias
+    else:
+        return lat_ring, lat_ring, rope_ring, bias_ring
+
+
+@gluon.jit
+def _init_barriers(ready, empty, p_ready, p_free, done, READY_COUNT: gl.constexpr, STAGES: gl.constexpr):
+    # the ring's stages are filled by the gather (READY_COUNT arrivals) and released by both
+    # attention warpgroups; P is handed over through two buffers; `done` publishes the row scales
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=READY_COUNT)
+        mbarrier.init(empty.index(i), count=2)  # both attention warpgroups
+    for i in gl.static_range(2):
+        mbarrier.init(p_ready.index(i), count=1)
+        mbarrier.init(p_free.index(i), count=1)
+    mbarrier.init(done, count=1)
+    fence_async_shared()
+
+
+@gluon.jit
+def _read_scale(scale, ON_DEVICE: gl.constexpr):
+    # a scale argument: a float, or read from a 0-dim float32 tensor
+    if ON_DEVICE:
+        return gl.load(scale)
+    else:
+        return scale
+
+
+@gluon.jit
 def mla_decode_gluon_kernel(
     # query, key pool, key list (indices or block table), lengths, per-head sinks
     q_ptr, kv_ptr, list_ptr, seq_lens_ptr, sinks_ptr,
@@ -554,40 +633,22 @@ def mla_decode_gluon_kernel(
     list_row = list_ptr + row.to(gl.int64) * stride_list_row
     if PAGE_SIZE > 0:
         list_row = list_ptr + batch.to(gl.int64) * stride_list_row
-    if SCALE1_ON_DEVICE:
-        scale_log2 = gl.load(bmm1_scale) * LOG2E
-    else:
-        scale_log2 = bmm1_scale * LOG2E
-    if SCALE2_ON_DEVICE:
-        scale2 = gl.load(bmm2_scale)
-    else:
-        scale2 = bmm2_scale
+    scale_log2 = _read_scale(bmm1_scale, SCALE1_ON_DEVICE) * LOG2E
+    scale2 = _read_scale(bmm2_scale, SCALE2_ON_DEVICE)
     out_row = out_ptr + batch.to(gl.int64) * stride_ob + token * stride_ot
     lse_row = lse_ptr + batch.to(gl.int64) * stride_lb + token * stride_lt
-    # split partials: [num_splits, rows * H, D_V] outputs, then [num_splits, rows * H] LSEs,
-    # float32 from the first 16-byte boundary of the byte workspace
-    workspace_f32 = (workspace_ptr + workspace_pad).to(gl.pointer_type(gl.float32))
-    part_rows = (gl.num_programs(0) // (head_blocks * num_splits)) * num_heads
-    part_row0 = split.to(gl.int64) * part_rows + row * num_heads
-    part_ptr = workspace_f32 + part_row0 * D_V
-    part_lse_ptr = workspace_f32 + num_splits * part_rows.to(gl.int64) * D_V + part_row0
+    part_ptr, part_lse_ptr = _partial_pointers(
+        workspace_ptr, workspace_pad, split, row, head_blocks, num_heads, num_splits, D_V
+    )
 
-    # stage the query in shared memory once: the A operand of every Q K^T
+    # the key tiles' swizzled layouts, which the query's copy in shared memory shares
     dtype: gl.constexpr = q_ptr.dtype.element_ty
-    q_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
-    heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, q_layout))
-    q_row = q_ptr + batch.to(gl.int64) * stride_qb + token * stride_qt + heads[:, None] * stride_qh
-    head_ok = (heads < num_heads)[:, None]
     lat_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], dtype)
     rope_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_ROPE], dtype)
-    q_lat = gl.allocate_shared_memory(dtype, [BLOCK_H, D_V], lat_smem)
-    for c in gl.static_range(D_V // 128):  # 128 columns at a time: few registers
-        cols = c * 128 + gl.arange(0, 128, layout=gl.SliceLayout(0, q_layout))
-        q_lat.slice(c * 128, 128, dim=1).store(gl.load(q_row + cols[None, :], mask=head_ok, other=0.0))
-    rope_cols = D_V + gl.arange(0, D_ROPE, layout=gl.SliceLayout(0, q_layout))
-    q_rope = gl.allocate_shared_memory(
-        dtype, [BLOCK_H, D_ROPE], rope_smem, gl.load(q_row + rope_cols[None, :], mask=head_ok, other=0.0)
-    )
+    q_lat, q_rope = _stage_query(
+        q_ptr, batch, token, head0, num_heads, stride_qb, stride_qt, stride_qh,
+        lat_smem, rope_smem, D_V, D_ROPE,
+    )  # fmt: skip
 
     FP8: gl.constexpr = dtype.primitive_bitwidth == 8
     p_dtype: gl.constexpr = gl.float16 if FP8 else gl.bfloat16
@@ -613,29 +674,13 @@ def mla_decode_gluon_kernel(
     p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     p_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    if PACKED:
-        # the raw ring of the packed rows (row-major, unswizzled: 8 lanes of a copy or a load
-        # cover 128 contiguous bytes of one row)
-        raw_smem: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0])
-        raw_codes = gl.allocate_shared_memory(gl.uint8, [RAW_LAG + 1, BLOCK_N, D_V], raw_smem)
-        raw_scales = gl.allocate_shared_memory(gl.float32, [RAW_LAG + 1, BLOCK_N, 4], raw_smem)
-        raw_rope = gl.allocate_shared_memory(gl.bfloat16, [RAW_LAG + 1, BLOCK_N, D_ROPE], raw_smem)
-        raw_bias = gl.allocate_shared_memory(gl.float32, [RAW_LAG + 1, BLOCK_N], vec_smem)
-        ready_count: gl.constexpr = 1  # the gather's one arrival after its stores
-    else:  # the bf16 rings stand in (never read)
-        raw_codes = lat_ring
-        raw_scales = lat_ring
-        raw_rope = rope_ring
-        raw_bias = bias_ring
-        ready_count: gl.constexpr = 32 * GATHER_WARPS + 1  # copies, then the bias row
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=ready_count)
-        mbarrier.init(empty.index(i), count=2)  # both attention warpgroups
-    for i in gl.static_range(2):
-        mbarrier.init(p_ready.index(i), count=1)
-        mbarrier.init(p_free.index(i), count=1)
-    mbarrier.init(done, count=1)
-    fence_async_shared()
+    raw_codes, raw_scales, raw_rope, raw_bias = _raw_ring(
+        lat_ring, rope_ring, bias_ring, vec_smem, BLOCK_N, D_V, D_ROPE, PACKED
+    )
+    # a stage is ready after the packed gather's one arrival past its stores, or after every
+    # gather thread's copies and then the bias row
+    ready_count: gl.constexpr = 1 if PACKED else 32 * GATHER_WARPS + 1
+    _init_barriers(ready, empty, p_ready, p_free, done, ready_count, STAGES)
 
     # Registers (65536 a multiprocessor: 168 a thread at launch for 12 warps): the gather takes
     # 40, or 56 for page lookups; the output warpgroup 216, or 200 beside the page lookups; the
