@@ -55,65 +55,6 @@ def _check_fp8_output(out, dtype, m: int, n: int, device, output_scale) -> None:
         fail(ValueError, "output_scale", f"a contiguous tensor of shape {shape}", output_scale)
 
 
-def _check(
-    a, b, sa, sb, a_shape, b_shape, device, mode, mma_sm, granularity, out, dtype, backend, output_scale
-):
-    """Every rule of a ``gemm_fp8_nt_groupwise`` call, in upstream's order (its Python rules, then
-    those of its C++): the operands, the backend name's rules, the scales' stored shapes and the
-    outputs. ``sa``, ``sb`` and ``mode`` are ``a_scale``, ``b_scale`` and ``scale_major_mode``;
-    ``a_shape``, ``b_shape`` and ``device`` are read once by the caller (each read costs host time);
-    ``dtype`` is the output dtype (``out``'s when given)."""
-    if backend not in _NAMES:
-        GEMM_FP8_NT_GROUPWISE.check(backend)
-    if len(a_shape) != 2 or len(b_shape) != 2:
-        arg, x = ("a", a) if len(a_shape) != 2 else ("b", b)
-        expected = f"a 2-D tensor (shape mismatch. a.shape = {tuple(a_shape)}, b.shape = {tuple(b_shape)})"
-        fail(ValueError, arg, expected, x)
-    if b_shape[1] != a_shape[1]:
-        expected = f"shape (n, {a_shape[1]}) (shape mismatch. a.shape[1] = {a_shape[1]})"
-        fail(ValueError, "b", expected, f"shape {tuple(b_shape)}")
-    if b.device != device:
-        check_device(b, "b", device, "a")
-    if a.dtype not in E4M3:
-        check_fp8(a, "a")
-    if b.dtype not in E4M3:
-        check_fp8(b, "b")
-    if not (a.is_contiguous() and b.is_contiguous()):  # else both are K-major
-        check_k_major(a, "a")
-        check_k_major(b, "b")
-    if mode not in _MODES:
-        fail(ValueError, "scale_major_mode", "'K', 'MN' or None", describe(mode))
-    holds = _HOLDS.get(backend)
-    if holds is not None and not holds(mode, granularity, a_shape[1], output_scale):
-        GEMM_FP8_NT_GROUPWISE.enforce(backend, mode, granularity, a_shape[1], output_scale)
-    # upstream's C++ checks, after its Python rules above
-    if granularity not in _GRANULARITIES:
-        expected = "(1, 128, 128) or (128, 128, 128) (unsupported scale granularity)"
-        fail(KernelCheckError, "scale_granularity_mnk", expected, str(granularity))
-    if mma_sm != 1 and mma_sm != 2 and backend == "cutlass":
-        fail(KernelCheckError, "mma_sm", "1 or 2 (Unsupported MMA SM; backend='cutlass')", repr(mma_sm))
-    (m, k), n = a_shape, b_shape[0]
-    gm, gn, gk = granularity
-    mb, nb, kb = -(-m // gm), -(-n // gn), -(-k // gk)
-    # the scales' stored shapes: (blocks, k blocks), transposed for "MN"; trtllm takes both
-    trtllm, mn = backend == "trtllm", mode == "MN"
-    a_blocks = None if trtllm else (kb, mb) if mn else (mb, kb)
-    b_blocks = None if trtllm else (kb, nb) if mn else (nb, kb)
-    if sa.dtype != FLOAT32 or sa.device != device or (a_blocks and sa.shape != a_blocks):
-        check_scale(sa, "a_scale", a_blocks, device, "a")
-    if sb.dtype != FLOAT32 or sb.device != device or (b_blocks and sb.shape != b_blocks):
-        check_scale(sb, "b_scale", b_blocks, device, "a")
-    if output_scale is not None:
-        _check_fp8_output(out, dtype, m, n, device, output_scale)
-    elif dtype not in _OUT_16BIT:
-        expected = "torch.bfloat16 or torch.float16 (unsupported output dtype)"
-        fail(ValueError, "out" if out is not None else "out_dtype", expected, describe(dtype))
-    if out is not None:  # its dtype is `dtype`
-        if out.shape != (m, n) or out.device != device:
-            check_out(out, (m, n), dtype, device)
-        check_no_overlap(out, "out", _INPUTS, a, b, sa, sb, output_scale)
-
-
 def _trtllm_orientation(scale, arg: str, blocks: int, kb: int) -> bool:
     """Whether the logical ``(blocks, kb)`` view of ``scale`` is its transpose under the trtllm
     name's convention (whatever ``scale_major_mode`` says): ``a_scale`` MN-major in memory, as a
@@ -264,22 +205,41 @@ def gemm_fp8_nt_groupwise(
         else:
             dtype = out_dtype if out_dtype is not None else (_BF16 if output_scale is None else _E4M3)
         if not skip_check:
-            _check(
-                a,
-                b,
-                a_scale,
-                b_scale,
-                a_shape,
-                b_shape,
-                device,
-                scale_major_mode,
-                mma_sm,
-                granularity,
-                out,
-                dtype,
-                backend,
-                output_scale,
-            )
+            if backend not in _NAMES:
+                GEMM_FP8_NT_GROUPWISE.check(backend)
+            if len(a_shape) != 2 or len(b_shape) != 2:
+                arg, x = ("a", a) if len(a_shape) != 2 else ("b", b)
+                expected = (
+                    f"a 2-D tensor (shape mismatch. a.shape = {tuple(a_shape)}, b.shape = {tuple(b_shape)})"
+                )
+                fail(ValueError, arg, expected, x)
+            if b_shape[1] != a_shape[1]:
+                expected = f"shape (n, {a_shape[1]}) (shape mismatch. a.shape[1] = {a_shape[1]})"
+                fail(ValueError, "b", expected, f"shape {tuple(b_shape)}")
+            if b.device != device:
+                check_device(b, "b", device, "a")
+            if a.dtype not in E4M3:
+                check_fp8(a, "a")
+            if b.dtype not in E4M3:
+                check_fp8(b, "b")
+            if not (a.is_contiguous() and b.is_contiguous()):  # else both are K-major
+                check_k_major(a, "a")
+                check_k_major(b, "b")
+            if scale_major_mode not in _MODES:
+                fail(ValueError, "scale_major_mode", "'K', 'MN' or None", describe(scale_major_mode))
+            holds = _HOLDS.get(backend)
+            if holds is not None and not holds(scale_major_mode, granularity, a_shape[1], output_scale):
+                GEMM_FP8_NT_GROUPWISE.enforce(
+                    backend, scale_major_mode, granularity, a_shape[1], output_scale
+                )
+            # upstream's C++ checks, after its Python rules above
+            if granularity not in _GRANULARITIES:
+                expected = "(1, 128, 128) or (128, 128, 128) (unsupported scale granularity)"
+                fail(KernelCheckError, "scale_granularity_mnk", expected, str(granularity))
+            if mma_sm != 1 and mma_sm != 2 and backend == "cutlass":
+                fail(
+                    KernelCheckError, "mma_sm", "1 or 2 (Unsupported MMA SM; backend='cutlass')", repr(mma_sm)
+                )
         if backend == "auto":  # FlashInfer's hook; the mubin rule reads only whether a scale came
             GEMM_FP8_NT_GROUPWISE.fill_suitable(
                 scale_major_mode, granularity, a_shape[1], None if output_scale is None else True
@@ -288,6 +248,32 @@ def gemm_fp8_nt_groupwise(
         gm, gn, gk = granularity
         mb, nb, kb = -(-m // gm), -(-n // gn), -(-k // gk)
         trtllm = backend == "trtllm"
+        if not skip_check:
+            # the scales' stored shapes: (blocks, k blocks), transposed for "MN"; trtllm takes both
+            mn = scale_major_mode == "MN"
+            a_blocks = None if trtllm else (kb, mb) if mn else (mb, kb)
+            b_blocks = None if trtllm else (kb, nb) if mn else (nb, kb)
+            if (
+                a_scale.dtype != FLOAT32
+                or a_scale.device != device
+                or (a_blocks and a_scale.shape != a_blocks)
+            ):
+                check_scale(a_scale, "a_scale", a_blocks, device, "a")
+            if (
+                b_scale.dtype != FLOAT32
+                or b_scale.device != device
+                or (b_blocks and b_scale.shape != b_blocks)
+            ):
+                check_scale(b_scale, "b_scale", b_blocks, device, "a")
+            if output_scale is not None:
+                _check_fp8_output(out, dtype, m, n, device, output_scale)
+            elif dtype not in _OUT_16BIT:
+                expected = "torch.bfloat16 or torch.float16 (unsupported output dtype)"
+                fail(ValueError, "out" if out is not None else "out_dtype", expected, describe(dtype))
+            if out is not None:  # its dtype is `dtype`
+                if out.shape != (m, n) or out.device != device:
+                    check_out(out, (m, n), dtype, device)
+                check_no_overlap(out, "out", _INPUTS, a, b, a_scale, b_scale, output_scale)
         if trtllm:
             a_mn = _trtllm_orientation(a_scale, "a_scale", mb, kb)
             b_mn = _trtllm_orientation(b_scale, "b_scale", nb, kb)

@@ -196,7 +196,10 @@ def rope_quantize_fp8(
     if q_rope.shape[0] > 0:
         impl_replay = DISPATCH.module(q_rope.device).rope_quantize(
             Rope(
-                *inputs,
+                q_rope,
+                k_rope,
+                q_nope,
+                k_nope,
                 cos_sin_cache,
                 pos_ids,
                 bool(is_neox),

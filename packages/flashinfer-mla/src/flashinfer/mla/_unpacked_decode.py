@@ -20,6 +20,7 @@ from ._metadata import check_metadata
 __all__ = ["check"]
 
 _INT32 = torch.int32
+_DEEPSEEK = (512, 64)  # (kv_lora_rank, qk_rope_head_dim) of the serving calls
 _OPTIONAL_TENSORS = (
     "seq_lens",
     "out",
@@ -28,6 +29,7 @@ _OPTIONAL_TENSORS = (
     "cum_seq_lens_q",
     "sparse_mla_top_k_lens",
 )
+_TENSORS = ("query", "kv_cache", "workspace_buffer", "block_tables", *_OPTIONAL_TENSORS)
 
 
 def check(
@@ -67,9 +69,16 @@ def check(
     """
     rope_dim, workspace = qk_rope_head_dim, workspace_buffer
     topk, topk_lens = sparse_mla_top_k, sparse_mla_top_k_lens
-    sparse = _check_options(
-        kv_lora_rank, rope_dim, topk, topk_lens, skip_softmax_threshold_scale_factor, uses_shared_paged_kv_idx
-    )
+    sparse = type(topk) is int and topk > 0
+    if (kv_lora_rank, rope_dim) != _DEEPSEEK or not sparse or topk % 4 or topk_lens is not None:  # else ok
+        sparse = _check_options(kv_lora_rank, rope_dim, topk, topk_lens)
+    if sparse and skip_softmax_threshold_scale_factor is not None:
+        raise ValueError("skip_softmax is not supported for sparse MLA")
+    if not uses_shared_paged_kv_idx:
+        raise NotImplementedError(
+            "uses_shared_paged_kv_idx=False (separate K and V page tables) is not served by this build; "
+            "MLA reads K and V from the same cache rows, pass one shared page table"
+        )
     # ---- tensors
     compact = cum_seq_lens_q is not None
     try:
@@ -113,21 +122,9 @@ def check(
             )
         if lse is not None:
             _checks.check_lse(lse, rows * q_len, q_len, heads, device)
-    except AttributeError:
-        require_tensors(
-            ValueError,
-            query=query,
-            kv_cache=kv_cache,
-            workspace_buffer=workspace_buffer,
-            block_tables=block_tables,
-            seq_lens=seq_lens,
-            out=out,
-            lse=lse,
-            multi_ctas_kv_counter_buffer=multi_ctas_kv_counter_buffer,
-            cum_seq_lens_q=cum_seq_lens_q,
-            sparse_mla_top_k_lens=sparse_mla_top_k_lens,
-            optional=_OPTIONAL_TENSORS,
-        )
+    except AttributeError:  # a non-tensor where a tensor belongs: name it (the error path only)
+        given = locals()
+        require_tensors(ValueError, **{name: given[name] for name in _TENSORS}, optional=_OPTIONAL_TENSORS)
         raise
 
     # ---- outputs (allocated contiguous; views only where the rank changes: each costs host time)
@@ -164,10 +161,9 @@ def check(
     ), result
 
 
-def _check_options(
-    kv_lora_rank, rope_dim, topk, topk_lens, skip_softmax_threshold_scale_factor, uses_shared_paged_kv_idx
-) -> bool:
-    """The option rules of this form, in FlashInfer's order; returns whether the call is sparse."""
+def _check_options(kv_lora_rank, rope_dim, topk, topk_lens) -> bool:
+    """The MLA-dimension and top-k rules of this form, in FlashInfer's order (the caller skips it
+    for the DeepSeek sparse call, which passes them); returns whether the call is sparse."""
     if (kv_lora_rank, rope_dim) not in _checks.MLA_DIMS:
         raise ValueError(
             f"Unsupported MLA dimensions: kv_lora_rank={kv_lora_rank}, qk_rope_head_dim={rope_dim}; "
@@ -184,13 +180,6 @@ def _check_options(
         raise ValueError("sparse_mla_top_k_lens is only supported with the native (512, 0) MLA dimensions")
     if sparse and topk % 4:
         _checks.reject_topk(topk)
-    if sparse and skip_softmax_threshold_scale_factor is not None:
-        raise ValueError("skip_softmax is not supported for sparse MLA")
-    if not uses_shared_paged_kv_idx:
-        raise NotImplementedError(
-            "uses_shared_paged_kv_idx=False (separate K and V page tables) is not served by this build; "
-            "MLA reads K and V from the same cache rows, pass one shared page table"
-        )
     return sparse
 
 
