@@ -37,6 +37,8 @@ __all__ = ["check", "check_scale_format"]
 # upstream's messages name its backend this way
 _FORM = "SM120 sparse MLA v32/GLM"
 MAX_HEADS = 128
+_OPTIONAL_TENSORS = ("seq_lens", "out", "lse", "multi_ctas_kv_counter_buffer")
+_TENSORS = ("query", "kv_cache", "workspace_buffer", "block_tables", *_OPTIONAL_TENSORS)
 
 
 def check(
@@ -68,7 +70,14 @@ def check(
     in its order (``tests/mla/test_decode_options.py``)."""
     workspace, rope_dim, topk = workspace_buffer, qk_rope_head_dim, sparse_mla_top_k
     counter_buffer = multi_ctas_kv_counter_buffer
-    _check_options(bmm1_scale, bmm2_scale, topk, sparse_mla_top_k_lens, skip_softmax_threshold_scale_factor)
+    # the serving call passes these rules: the helper states them, in order, for the others
+    floats = type(bmm1_scale) is float and type(bmm2_scale) is float  # before any comparison
+    usual = floats and -math.inf < bmm1_scale < math.inf and bmm2_scale == 1.0
+    extra = sparse_mla_top_k_lens is not None or skip_softmax_threshold_scale_factor is not None
+    if not usual or extra or type(topk) is not int or topk <= 0:
+        _check_options(
+            bmm1_scale, bmm2_scale, topk, sparse_mla_top_k_lens, skip_softmax_threshold_scale_factor
+        )
     if not uses_shared_paged_kv_idx:
         raise ValueError(f"{_FORM} expects shared sparse page indices (uses_shared_paged_kv_idx=True)")
     if kv_scale_format not in KV_SCALE_FORMATS:
@@ -120,19 +129,9 @@ def check(
             out4 = _checks.check_decode_out(out, out_shape, query, kv_cache, accept_3d=q_len == 1)
         if lse is not None:
             _checks.check_lse(lse, batch * q_len, q_len, heads, device)
-    except AttributeError:
-        require_tensors(
-            ValueError,
-            query=query,
-            kv_cache=kv_cache,
-            workspace_buffer=workspace,
-            block_tables=block_tables,
-            seq_lens=seq_lens,
-            out=out,
-            lse=lse,
-            multi_ctas_kv_counter_buffer=counter_buffer,
-            optional=("seq_lens", "out", "lse", "multi_ctas_kv_counter_buffer"),
-        )
+    except AttributeError:  # a non-tensor where a tensor belongs: name it (the error path only)
+        given = locals()
+        require_tensors(ValueError, **{name: given[name] for name in _TENSORS}, optional=_OPTIONAL_TENSORS)
         raise
 
     # ---- outputs, the record

@@ -69,9 +69,11 @@ def check(
     """
     rope_dim, workspace = qk_rope_head_dim, workspace_buffer
     topk, topk_lens = sparse_mla_top_k, sparse_mla_top_k_lens
-    sparse = type(topk) is int and topk > 0
-    if (kv_lora_rank, rope_dim) != _DEEPSEEK or not sparse or topk % 4 or topk_lens is not None:  # else ok
-        sparse = _check_options(kv_lora_rank, rope_dim, topk, topk_lens)
+    # the DeepSeek calls (sparse or dense) pass these rules: the helper states them for the others
+    unusual = (kv_lora_rank, rope_dim) != _DEEPSEEK or topk_lens is not None
+    if unusual or type(topk) is not int or topk < 0 or topk % 4:
+        _check_options(kv_lora_rank, rope_dim, topk, topk_lens)
+    sparse = topk > 0
     if sparse and skip_softmax_threshold_scale_factor is not None:
         raise ValueError("skip_softmax is not supported for sparse MLA")
     if not uses_shared_paged_kv_idx:
@@ -161,9 +163,9 @@ def check(
     ), result
 
 
-def _check_options(kv_lora_rank, rope_dim, topk, topk_lens) -> bool:
+def _check_options(kv_lora_rank, rope_dim, topk, topk_lens) -> None:
     """The MLA-dimension and top-k rules of this form, in FlashInfer's order (the caller skips it
-    for the DeepSeek sparse call, which passes them); returns whether the call is sparse."""
+    for the DeepSeek dimensions with a valid top-k and no per-token lengths, which pass them)."""
     if (kv_lora_rank, rope_dim) not in _checks.MLA_DIMS:
         raise ValueError(
             f"Unsupported MLA dimensions: kv_lora_rank={kv_lora_rank}, qk_rope_head_dim={rope_dim}; "
@@ -180,7 +182,6 @@ def _check_options(kv_lora_rank, rope_dim, topk, topk_lens) -> bool:
         raise ValueError("sparse_mla_top_k_lens is only supported with the native (512, 0) MLA dimensions")
     if sparse and topk % 4:
         _checks.reject_topk(topk)
-    return sparse
 
 
 def _per_row(query, out4, lse, seq_lens, cum_seq_lens_q, topk_lens, rows: int, q_len: int, heads: int):
