@@ -31,7 +31,7 @@ FILES = {
     "decode_eager": "decode_eager_h200.json",
     "decode_eager_tl": "decode_eager_h200_tl.json",
     "decode_accuracy": "decode_accuracy_h200.json",
-    "host": "host_overhead_cpu.json",
+    "host": "host_api_layer_cpu_vs_cbbbc55.json",  # host_time.py --section api-layer --baseline cbbbc55
     "launch": "launch_overhead_gluon_h200.json",
     "gpu_suite": "gpu_suite_h100.json",
     # bench_mla.py --packed --flashmla --targets-only --tiers gluon --layouts dense,padded (the tl
