@@ -62,7 +62,11 @@ DECODE = [
     for t in (8, 16, 32, 64, 128)
     for target in ("partial", "out")
 ]
-VARIANTS = BLOCKWISE + BMM + DECODE
+# the decode-MoE (masked) GEMM: every tile (weight rows x tokens) its launcher can pick or take
+MASKED_DECODE = [
+    ("masked_decode", f"{w}x{t}", "masked", "bfloat16", 1) for w in (64, 128) for t in (16, 32, 64, 128)
+]
+VARIANTS = BLOCKWISE + BMM + DECODE + MASKED_DECODE
 INSTRUCTIONS = ("QGMMA", "UTMALDG", "UTMASTG", "LDL", "STL", "STG.E.128", "LDGSTS")
 
 
@@ -127,6 +131,22 @@ def _compile_decode(name, target):
     )
 
 
+def _compile_masked_decode(name):
+    from flashinfer.gemm.kernels.blockwise import gluon_fp8_decode_gemm as decode
+    from flashinfer.gemm.kernels.blockwise import gluon_fp8_masked_decode_gemm as masked
+
+    w, t = (int(x) for x in name.split("x"))
+    typed = {
+        "a_desc": _descriptor_type([t, 128], "float8_e4m3fn"),
+        "b_desc": _descriptor_type([w, 128], "float8_e4m3fn"),
+        "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32", "out_ptr": "*bf16", "masked_m_ptr": "*i32",
+    }  # fmt: skip
+    constexprs = {"STAGES": masked.stages_for(w, t), "GROUPS": 32}
+    return None, compile_for_sm90(
+        masked.fp8_masked_decode_gemm_ws_kernel, typed, constexprs, decode.launch_options(w)
+    )
+
+
 def _compile(variant):
     from flashinfer.gemm.kernels.blockwise import gluon_fp8_blockwise
     from flashinfer.gemm.kernels.bmm import gluon_fp8_bmm
@@ -134,6 +154,8 @@ def _compile(variant):
     kernel_kind, name, layout, out, scale_bm = variant
     if kernel_kind == "decode":
         return _compile_decode(name, layout)
+    if kernel_kind == "masked_decode":
+        return _compile_masked_decode(name)
     config = _config(kernel_kind, name)
     pointer = {"bfloat16": "*bf16", "float16": "*fp16", "float8_e4m3fn": "*fp8e4nv"}
     tile = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "SUB_N": config.sub_n,
@@ -204,10 +226,12 @@ def test_compiles_for_sm90_without_spills(compiled, variant):
     assert count["LDL"] + count["STL"] <= allowed, f"register spills: {count}"
     assert resources["STACK"] <= stack and resources["LOCAL"] == 0, resources
     assert count["QGMMA"] > 0 and count["UTMALDG"] > 0, count
-    if variant[0] == "decode":
-        # the scales come by cp.async; the producer warp keeps 40 registers, a math worker 232
+    if variant[0] in ("decode", "masked_decode"):
+        # the scales come by cp.async; the producer warp keeps 40 registers (56 with the masked
+        # form's group table), a math worker 232
         assert count["LDGSTS"] > 0, count
-        assert 40 in result["budgets"] and result["shared"] <= SHARED_MEMORY_LIMIT, result
+        producer = 40 if variant[0] == "decode" else 56
+        assert producer in result["budgets"] and result["shared"] <= SHARED_MEMORY_LIMIT, result
         return
     if variant[0] == "bmm":
         assert count["UTMASTG"] > 0, count
@@ -223,13 +247,18 @@ def test_every_shipped_config_is_compiled():
     """The variant lists above cover each configuration the modules ship (a new one must be added)."""
     from flashinfer.gemm.kernels.blockwise import gluon_fp8_blockwise
     from flashinfer.gemm.kernels.blockwise.decode_gemm_table import GLUON_TABLE
+    from flashinfer.gemm.kernels.blockwise.gluon_fp8_masked_decode_gemm import pick_config
     from flashinfer.gemm.kernels.bmm import gluon_fp8_bmm
 
-    covered = {_config(kernel, name) for kernel, name, *_ in VARIANTS if kernel != "decode"}
+    covered = {
+        _config(kernel, name) for kernel, name, *_ in VARIANTS if kernel not in ("decode", "masked_decode")
+    }
     assert set(gluon_fp8_blockwise.CONFIGS) | set(gluon_fp8_bmm.CONFIGS) <= covered
     # (block_n, block_m, ..., gluon): the decode kernel's tiles its table launches
     tiles = {f"{c[0]}x{c[1]}" for rows in GLUON_TABLE.values() for _, c, _ in rows if c[7:] == (True,)}
     assert tiles <= {name for kernel, name, *_ in VARIANTS if kernel == "decode"}
+    masked = {f"{c.block_w}x{c.block_t}" for c in map(pick_config, range(1, 257))}
+    assert masked <= {name for kernel, name, *_ in VARIANTS if kernel == "masked_decode"}
 
 
 if __name__ == "__main__":

@@ -57,6 +57,12 @@ def blockwise():
     return gluon_fp8_blockwise
 
 
+def masked_decode():
+    from flashinfer.gemm.kernels.blockwise import gluon_fp8_masked_decode_gemm
+
+    return gluon_fp8_masked_decode_gemm
+
+
 def batched():
     from flashinfer.gemm.kernels.bmm import gluon_fp8_bmm
 
@@ -315,6 +321,41 @@ def test_masked_counts_out_of_range_are_clamped(seed):
     check_masked(out, a, b, a_scale, b_scale, masked_m)
 
 
+@pytest.mark.parametrize("block_w", [64, 128])
+@pytest.mark.parametrize("block_t", [16, 32, 64, 128])
+@pytest.mark.parametrize("major", ["K", "MN"])
+def test_masked_decode_every_tile(seed, block_w, block_t, major):
+    """The decode-MoE kernel: 40 experts (a group table wider than 32), counts around the tile
+    with an empty expert, a full one and one a token past the tile (a second token tile); n and
+    k not multiples of the tile; MN-major scales as DeepGEMM's engines hand them."""
+    groups, m, n, k = 40, 200, 576, 640
+    masked_m = torch.randint(0, 2 * block_t, (groups,), device="cuda").int().clamp(max=m)
+    masked_m[:3] = torch.tensor([0, m, block_t + 1])
+    a, b, a_scale, b_scale = masked_operands(groups, m, n, k, masked_m)
+    if major == "MN":
+        a_scale, b_scale = mn_major(a_scale), mn_major(b_scale)
+    out = nan_like((groups, m, n), torch.bfloat16)
+    config = masked_decode().MaskedDecodeConfig(
+        block_w, block_t, masked_decode().stages_for(block_w, block_t)
+    )
+    masked_decode().group_gemm_masked(GroupedMasked(a, b, a_scale, b_scale, masked_m, 8, out), config=config)
+    check_masked(out, a, b, a_scale, b_scale, masked_m)
+
+
+def test_masked_decode_few_experts_hold_tokens(seed):
+    """DeepSeek's MoE down projection at batch 1: 32 experts, most of them empty, counts out of
+    range clamped to [0, m], through the routing (expected_m 1 takes the decode-MoE kernel)."""
+    from flashinfer.gemm import _cuda
+
+    groups, m, n, k = 32, 64, 7168, 2048
+    masked_m = torch.zeros(groups, dtype=torch.int32, device="cuda")
+    masked_m[[3, 17, 30, 31]] = torch.tensor([1, 2, -5, 10**6], dtype=torch.int32, device="cuda")
+    a, b, a_scale, b_scale = masked_operands(groups, m, n, k, masked_m.clamp(0, m))
+    out = nan_like((groups, m, n), torch.bfloat16)
+    _cuda.group_gemm_masked(GroupedMasked(a, b, a_scale, b_scale, masked_m, 1, out))
+    check_masked(out, a, b, a_scale, b_scale, masked_m)
+
+
 # ---------------------------------------------------------------------------------------------
 # batched per-tensor / per-channel FP8 GEMM (bmm_fp8)
 
@@ -368,7 +409,7 @@ def routed_calls(monkeypatch, tier):
     from flashinfer.gemm import _cuda
 
     monkeypatch.setenv(KERNEL_TIER_ENV, tier)
-    spies = Spy(blockwise(), monkeypatch), Spy(batched(), monkeypatch)
+    spies = Spy(blockwise(), monkeypatch), Spy(batched(), monkeypatch), Spy(masked_decode(), monkeypatch)
     m, n, k = 300, 2112, 640
     a, b = fp8((m, k)), fp8((n, k))
     a_scale, b_scale = mn_major(pow2((m, k // 128))), pow2((cdiv(n, 128), k // 128))
@@ -401,13 +442,14 @@ def routed_calls(monkeypatch, tier):
 
 @pytest.mark.parametrize("tier", ["auto", "gluon", "tl"])
 def test_routing_per_tier(seed, monkeypatch, tier):
-    spy_blockwise, spy_bmm = routed_calls(monkeypatch, tier)
+    spy_blockwise, spy_bmm, spy_masked_decode = routed_calls(monkeypatch, tier)
+    # the masked call (expected_m 64) takes the decode-MoE kernel wherever the Gluon tier runs
     if tier == "gluon":
-        assert spy_blockwise.calls == 3 and spy_bmm.calls == 1
+        assert (spy_blockwise.calls, spy_bmm.calls, spy_masked_decode.calls) == (2, 1, 1)
     elif tier == "auto":  # the grouped GEMMs, ahead of the tl kernels on the H200 (gemm/_cuda.py)
-        assert spy_blockwise.calls == 2 and spy_bmm.calls == 0
+        assert (spy_blockwise.calls, spy_bmm.calls, spy_masked_decode.calls) == (1, 0, 1)
     else:
-        assert spy_blockwise.calls == spy_bmm.calls == 0
+        assert spy_blockwise.calls == spy_bmm.calls == spy_masked_decode.calls == 0
 
 
 def test_layouts_tma_cannot_read_take_the_portable_kernels(seed, monkeypatch):

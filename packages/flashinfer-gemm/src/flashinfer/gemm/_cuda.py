@@ -63,6 +63,10 @@ DECODE_GEMM_MAX_M = 256
 # (kernels.blockwise.gluon_fp8_decode_gemm: a producer warp bringing operands and scales by TMA and
 # cp.async) over its portable one.
 GLUON_DECODE_IN_AUTO = True
+# Masked grouped GEMMs whose expected_m is at most this run the decode-MoE kernel on the Gluon
+# tier (kernels.blockwise.gluon_fp8_masked_decode_gemm: each expert's weights streamed once,
+# experts without tokens never read); above it, the persistent grouped kernel.
+MASKED_DECODE_MAX_EXPECTED_M = 64
 
 
 def _has_fp8_mma(device: torch.device) -> bool:
@@ -82,6 +86,13 @@ def _gluon_blockwise():
     from flashinfer.gemm.kernels.blockwise import gluon_fp8_blockwise
 
     return gluon_fp8_blockwise
+
+
+@functools.cache
+def _gluon_masked_decode():
+    from flashinfer.gemm.kernels.blockwise import gluon_fp8_masked_decode_gemm
+
+    return gluon_fp8_masked_decode_gemm
 
 
 @functools.cache
@@ -323,13 +334,18 @@ def group_gemm_contiguous(call: GroupedContiguous) -> None:
 
 def group_gemm_masked(call: GroupedMasked) -> None:
     """Masked grouped FP8 GEMM (:class:`~._args.GroupedMasked`): the reference below FP8 tensor
-    cores, the Gluon tier where it takes the operands, else the tl kernel."""
+    cores; the Gluon tier where it takes the operands (the decode-MoE kernel up to
+    ``MASKED_DECODE_MAX_EXPECTED_M`` expected rows, the persistent grouped kernel above); else the
+    tl kernel."""
     a = call.a
     if not _has_fp8_mma(a.device):
         _no_fp8_mma("batch_deepgemm_fp8_nt_groupwise", a.device)
         _reference.group_gemm_masked(call)
     elif _gluon_grouped_takes(call):
-        _gluon_blockwise().group_gemm_masked(call)
+        if call.expected_m <= MASKED_DECODE_MAX_EXPECTED_M and _gluon_masked_decode().takes(call):
+            _gluon_masked_decode().group_gemm_masked(call)
+        else:
+            _gluon_blockwise().group_gemm_masked(call)
     else:
         from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
