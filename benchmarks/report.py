@@ -19,10 +19,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from report_sections import RESULTS, gemm, host, load, mla, suites, summary  # noqa: E402
+from report_sections import RESULTS, deepseek, gemm, host, load, mla, suites, summary  # noqa: E402
 
 RESULTS_MD = HERE / "RESULTS.md"
-BLOCKS = summary.BLOCKS | gemm.BLOCKS | mla.BLOCKS | host.BLOCKS | suites.BLOCKS
+BLOCKS = summary.BLOCKS | gemm.BLOCKS | deepseek.BLOCKS | mla.BLOCKS | host.BLOCKS | suites.BLOCKS
 BLOCK = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results -->)", re.DOTALL)
 
 
