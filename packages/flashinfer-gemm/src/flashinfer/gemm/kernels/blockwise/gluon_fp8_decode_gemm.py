@@ -218,6 +218,21 @@ def _reduce_split(
 
 
 @gluon.jit
+def operand_rings(a_desc, b_desc, STAGES: gl.constexpr):
+    # the ring: per stage, the token and weight boxes and their scales, with its barriers
+    BLOCK_T: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_W: gl.constexpr = b_desc.block_type.shape[0]
+    BK: gl.constexpr = a_desc.block_type.shape[1]
+    a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BLOCK_T, BK], a_desc.layout)
+    b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BLOCK_W, BK], b_desc.layout)
+    scale_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+    sa_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_T], scale_layout)
+    sb_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_W], scale_layout)
+    full, empty = ring_barriers(STAGES, BLOCK_W // SUB_M)
+    return a_ring, b_ring, sa_ring, sb_ring, full, empty
+
+
+@gluon.jit
 def fp8_decode_gemm_ws_kernel(
     # TMA descriptors of a (m, k) in BLOCK_T-row boxes and b (n, k) in BLOCK_W-row boxes; scales;
     # out (m, n); where PARTIAL, the fp32 shares of the split's ranges and the arrival counters
@@ -229,18 +244,8 @@ def fp8_decode_gemm_ws_kernel(
     # scale granularity along m (1 or 128) and n (1 or 128); ring depth; K split over programs
     SCALE_BM: gl.constexpr, SCALE_BN: gl.constexpr, STAGES: gl.constexpr, PARTIAL: gl.constexpr,
 ):  # fmt: skip
-    BLOCK_T: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_W: gl.constexpr = b_desc.block_type.shape[0]
-    BK: gl.constexpr = a_desc.block_type.shape[1]
-    MATH_WARPGROUPS: gl.constexpr = BLOCK_W // SUB_M
-    a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BLOCK_T, BK], a_desc.layout)
-    b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BLOCK_W, BK], b_desc.layout)
-    scale_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
-    sa_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_T], scale_layout)
-    sb_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_W], scale_layout)
-    full, empty = ring_barriers(STAGES, MATH_WARPGROUPS)
-
-    rings = (a_ring, b_ring, sa_ring, sb_ring, full, empty)
+    MATH_WARPGROUPS: gl.constexpr = b_desc.block_type.shape[0] // SUB_M
+    rings = operand_rings(a_desc, b_desc, STAGES)
     outputs = (out_ptr, partial_ptr, counter_ptr)
     sizes = (M, N, K, steps_per_split, stride_om, stride_on)
     producer_args = (a_desc, b_desc, a_scale_ptr, b_scale_ptr, rings, M, N, K, steps_per_split,

@@ -50,8 +50,8 @@ from ...._core.triton_compat import cp_async_load, tma_load
 from ...._core.triton_launch import FastLaunch
 from ....utils import ceil_div
 from .. import group_strides, multiprocessors
-from ..gluon_tma import SUB_M, ring_barriers, tma_rows_descriptor
-from .gluon_fp8_decode_gemm import launch_options, stages_for
+from ..gluon_tma import SUB_M, tma_rows_descriptor
+from .gluon_fp8_decode_gemm import launch_options, operand_rings, stages_for
 
 # The producer warp holds its pointers, masks and the group table (GROUPS / 32 values of two
 # vectors); the second math warpgroup takes what the decode GEMM's does (launch_options).
@@ -207,29 +207,10 @@ def fp8_masked_decode_gemm_ws_kernel(
     # ring depth; the group table's width (a power of two >= G)
     STAGES: gl.constexpr, GROUPS: gl.constexpr,
 ):  # fmt: skip
-    BLOCK_T: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_W: gl.constexpr = b_desc.block_type.shape[0]
-    BK: gl.constexpr = a_desc.block_type.shape[1]
-    MATH_WARPGROUPS: gl.constexpr = BLOCK_W // SUB_M
-    a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BLOCK_T, BK], a_desc.layout)
-    b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BLOCK_W, BK], b_desc.layout)
-    scale_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
-    sa_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_T], scale_layout)
-    sb_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_W], scale_layout)
-    full, empty = ring_barriers(STAGES, MATH_WARPGROUPS)
-
-    rings = (a_ring, b_ring, sa_ring, sb_ring, full, empty)
+    MATH_WARPGROUPS: gl.constexpr = b_desc.block_type.shape[0] // SUB_M
+    rings = operand_rings(a_desc, b_desc, STAGES)
     sizes = (G, M, N, K, stride_og, stride_om, stride_on)
-    scales = (
-        a_scale_ptr,
-        b_scale_ptr,
-        stride_sag,
-        stride_sam,
-        stride_sak,
-        stride_sbg,
-        stride_sbn,
-        stride_sbk,
-    )
+    scales = (a_scale_ptr, b_scale_ptr, stride_sag, stride_sam, stride_sak, stride_sbg, stride_sbn, stride_sbk)  # fmt: skip
     # the constexprs go into each partition's own argument tuple: a tuple assigned to a name
     # carries them as int32 values (Triton 3.6), which gl.arange cannot take
     if MATH_WARPGROUPS == 2:
