@@ -354,6 +354,9 @@ def test_masked_decode_few_experts_hold_tokens(seed):
     out = nan_like((groups, m, n), torch.bfloat16)
     _cuda.group_gemm_masked(GroupedMasked(a, b, a_scale, b_scale, masked_m, 1, out))
     check_masked(out, a, b, a_scale, b_scale, masked_m)
+    empty = nan_like((groups, m, n), torch.bfloat16)  # no expert holds a token: nothing written
+    _cuda.group_gemm_masked(GroupedMasked(a, b, a_scale, b_scale, torch.zeros_like(masked_m), 1, empty))
+    assert empty.isnan().all()
 
 
 # ---------------------------------------------------------------------------------------------
