@@ -342,11 +342,15 @@ def test_masked_decode_every_tile(seed, block_w, block_t, major):
     check_masked(out, a, b, a_scale, b_scale, masked_m)
 
 
-def test_masked_decode_few_experts_hold_tokens(seed):
+def test_masked_decode_few_experts_hold_tokens(seed, monkeypatch):
     """DeepSeek's MoE down projection at batch 1: 32 experts, most of them empty, counts out of
-    range clamped to [0, m], through the routing (expected_m 1 takes the decode-MoE kernel)."""
+    range clamped to [0, m], through the routing (the Gluon tier takes the decode-MoE kernel at
+    expected_m 1); no expert holding a token: nothing written."""
+    from flashinfer._core.kernel_tier import KERNEL_TIER_ENV
     from flashinfer.gemm import _cuda
 
+    monkeypatch.setenv(KERNEL_TIER_ENV, "gluon")
+    spy = Spy(masked_decode(), monkeypatch)
     groups, m, n, k = 32, 64, 7168, 2048
     masked_m = torch.zeros(groups, dtype=torch.int32, device="cuda")
     masked_m[[3, 17, 30, 31]] = torch.tensor([1, 2, -5, 10**6], dtype=torch.int32, device="cuda")
@@ -357,6 +361,7 @@ def test_masked_decode_few_experts_hold_tokens(seed):
     empty = nan_like((groups, m, n), torch.bfloat16)  # no expert holds a token: nothing written
     _cuda.group_gemm_masked(GroupedMasked(a, b, a_scale, b_scale, torch.zeros_like(masked_m), 1, empty))
     assert empty.isnan().all()
+    assert spy.calls == 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,12 +450,19 @@ def routed_calls(monkeypatch, tier):
 
 @pytest.mark.parametrize("tier", ["auto", "gluon", "tl"])
 def test_routing_per_tier(seed, monkeypatch, tier):
+    from flashinfer.gemm._cuda import GLUON_MASKED_DECODE_IN_AUTO
+
     spy_blockwise, spy_bmm, spy_masked_decode = routed_calls(monkeypatch, tier)
-    # the masked call (expected_m 64) takes the decode-MoE kernel wherever the Gluon tier runs
+    # the masked call (expected_m 64) takes the decode-MoE kernel where the tier asks for it
     if tier == "gluon":
         assert (spy_blockwise.calls, spy_bmm.calls, spy_masked_decode.calls) == (2, 1, 1)
     elif tier == "auto":  # the grouped GEMMs, ahead of the tl kernels on the H200 (gemm/_cuda.py)
-        assert (spy_blockwise.calls, spy_bmm.calls, spy_masked_decode.calls) == (1, 0, 1)
+        decode_moe = int(GLUON_MASKED_DECODE_IN_AUTO)
+        assert (spy_blockwise.calls, spy_bmm.calls, spy_masked_decode.calls) == (
+            2 - decode_moe,
+            0,
+            decode_moe,
+        )
     else:
         assert spy_blockwise.calls == spy_bmm.calls == spy_masked_decode.calls == 0
 

@@ -65,8 +65,10 @@ DECODE_GEMM_MAX_M = 256
 GLUON_DECODE_IN_AUTO = True
 # Masked grouped GEMMs whose expected_m is at most this run the decode-MoE kernel on the Gluon
 # tier (kernels.blockwise.gluon_fp8_masked_decode_gemm: each expert's weights streamed once,
-# experts without tokens never read); above it, the persistent grouped kernel.
+# experts without tokens never read); above it, the persistent grouped kernel. Whether auto takes
+# it: not until a GPU run has checked and timed it against DeepGEMM (benchmarks/deepseek_layer.py).
 MASKED_DECODE_MAX_EXPECTED_M = 64
+GLUON_MASKED_DECODE_IN_AUTO = False
 
 
 def _has_fp8_mma(device: torch.device) -> bool:
@@ -342,7 +344,7 @@ def group_gemm_masked(call: GroupedMasked) -> None:
         _no_fp8_mma("batch_deepgemm_fp8_nt_groupwise", a.device)
         _reference.group_gemm_masked(call)
     elif _gluon_grouped_takes(call):
-        if call.expected_m <= MASKED_DECODE_MAX_EXPECTED_M and _gluon_masked_decode().takes(call):
+        if _masked_decode_takes(call):
             _gluon_masked_decode().group_gemm_masked(call)
         else:
             _gluon_blockwise().group_gemm_masked(call)
@@ -375,6 +377,15 @@ def _contiguous_grouped(op: str, call: GroupedContiguous, gluon_takes_dtypes: bo
         from flashinfer.gemm.kernels.blockwise import fp8_blockwise
 
         fp8_blockwise.group_gemm_contiguous(call)
+
+
+def _masked_decode_takes(call: GroupedMasked) -> bool:
+    # few rows an expert, operands the kernel takes, and the tier asks for it
+    return (
+        call.expected_m <= MASKED_DECODE_MAX_EXPECTED_M
+        and _gluon_masked_decode().takes(call)
+        and use_gluon(call.a.device, GLUON_MASKED_DECODE_IN_AUTO)
+    )
 
 
 def _gluon_grouped_takes(call: GroupedContiguous | GroupedMasked) -> bool:
