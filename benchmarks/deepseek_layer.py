@@ -122,6 +122,8 @@ def masked(name, n, k, expected_m, tokens, max_m) -> Gemm:
 
     def make():
         from flashinfer.gemm import _cuda, batch_deepgemm_fp8_nt_groupwise
+        from flashinfer.gemm._args import GroupedMasked
+        from flashinfer.gemm.kernels.blockwise import gluon_fp8_masked_decode_gemm
 
         a, b = fp8(EXPERTS, max_m, k), fp8(EXPERTS, n, k)
         a_scale, b_scale = scales(EXPERTS, max_m, k // 128), scales(EXPERTS, n // 128, k // 128)
@@ -135,7 +137,10 @@ def masked(name, n, k, expected_m, tokens, max_m) -> Gemm:
             finally:
                 _cuda.GLUON_MASKED_DECODE_IN_AUTO = shipped
 
-        return {"ours": lambda: batch_deepgemm_fp8_nt_groupwise(*args, out=out), "ours decode-MoE": decode_moe,
+        def tile(config):  # the decode-MoE kernel itself, on a given tile
+            gluon_fp8_masked_decode_gemm.group_gemm_masked(GroupedMasked(*args, out), config)
+
+        return {"ours": lambda: batch_deepgemm_fp8_nt_groupwise(*args, out=out), "ours decode-MoE": decode_moe, "tile": tile,
                 "deepgemm": _deepgemm.masked(*args, out), "cublaslt": None, "out": out,
                 "valid": torch.arange(max_m, device="cuda") < args[4][:, None]}  # fmt: skip
 
@@ -244,13 +249,27 @@ def layer_batch(B, gemms, rows):
                 timed(rows, row, lambda _, calls=calls: [call() for call in calls], [None])
 
 
-def moe_section(cases, rows, save, copy_bps):
+def tile_candidates(expected_m) -> list:
+    """The decode-MoE kernel's tiles around its pick: the pick's and twice its tokens, 4 to 12 stages."""
+    from flashinfer.gemm.kernels.blockwise.gluon_fp8_masked_decode_gemm import MaskedDecodeConfig, pick_config
+
+    pick = pick_config(expected_m)
+    tokens = {pick.block_t, min(128, 2 * pick.block_t)}
+    return [MaskedDecodeConfig(128, t, s) for t in sorted(tokens) for s in (4, 6, 8, 10, 12)
+            if s * (128 + t) * 132 <= 200 * 1024]  # fmt: skip
+
+
+def moe_section(cases, rows, save, copy_bps, tiles):
     for g in cases:
         sets, errors = prepare(g)
-        for impl in ("ours", "ours decode-MoE", "deepgemm"):
-            row = dict(section="moe", gemm=g.name, shape=g.shape, impl=impl, call=g.calls[impl],
+        calls = {impl: lambda d, impl=impl: d[impl]() for impl in ("ours", "ours decode-MoE", "deepgemm")}
+        if tiles:
+            for c in tile_candidates(g.info["expected_m"]):
+                calls[f"decode-MoE {c.block_w}x{c.block_t}, {c.stages} stages"] = lambda d, c=c: d["tile"](c)
+        for impl, call in calls.items():
+            row = dict(section="moe", gemm=g.name, shape=g.shape, impl=impl, call=g.calls.get(impl, "the kernel, this tile"),
                        rel_err_vs_ours=errors.get(impl), **g.info)  # fmt: skip
-            timed(rows, row, lambda d, impl=impl: d[impl](), sets)
+            timed(rows, row, call, sets)
             row["gbps"] = g.info["weight_bytes"] / row["us"] / 1e3
             row["of_copy"] = row["gbps"] * 1e9 / copy_bps
         del sets  # before the next case's
@@ -284,6 +303,10 @@ def main():
     parser.add_argument("--out", default=os.environ.get("OUT", str(OUT)))
     parser.add_argument("--section", nargs="+", choices=("layer", "moe"), default=["layer", "moe"])
     parser.add_argument("--batches", nargs="+", type=int, default=BATCHES, help="layer: the tokens B")
+    parser.add_argument("--moe-expected-m", nargs="+", type=int, help="moe: only these expected_m")
+    parser.add_argument(
+        "--moe-tiles", action="store_true", help="moe: also the decode-MoE kernel on tiles around its pick"
+    )
     parser.add_argument("--decode-moe", action="store_true",
                         help="layer: auto takes the decode-MoE kernel for the masked GEMMs (as moe's 'ours decode-MoE')")  # fmt: skip
     args = parser.parse_args()
@@ -298,6 +321,8 @@ def main():
         sys.exit(f"deepseek_layer.py needs DeepGEMM: {error}")
     layer = {B: layer_cases(B, deepgemm_block_m) for B in args.batches} if "layer" in args.section else {}
     moe = moe_cases(deepgemm_block_m) if "moe" in args.section else []
+    if args.moe_expected_m:
+        moe = [g for g in moe if g.info["expected_m"] in args.moe_expected_m]
     _deepgemm.precompile(list(dict.fromkeys(g.dg for g in [*sum(layer.values(), []), *moe] if g.dg)))
     copy_bps = copy_bandwidth() if moe else None
     meta = run_meta(called_through="public API (flashinfer.gemm)", deepgemm=_deepgemm.version(), decode_moe=args.decode_moe,
@@ -310,7 +335,7 @@ def main():
         write_json(path, {"meta": meta, "rows": rows})
 
     layer_section(layer, rows, save)
-    moe_section(moe, rows, save, copy_bps)
+    moe_section(moe, rows, save, copy_bps, args.moe_tiles)
     print(f"wrote {path}\n\n{table(rows)}", flush=True)
 
 
