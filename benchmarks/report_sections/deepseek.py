@@ -1,7 +1,8 @@
 """RESULTS.md's DeepSeek-V3 decode layer section, from the newest ``results/deepseek_layer_*.json``.
 
-Unlike the other sections' runs (``FILES``), this one is found by name: the newest file of the
-pattern, by the date its run recorded (then by name). Without one the block says no run exists yet.
+Unlike the other sections' runs (``FILES``), this one is found by name: for each of the script's
+sections (``layer``, ``moe``), the newest file of the pattern holding its rows, by the date its run
+recorded (then by name). Without one the block says no run exists yet.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ LAYERS = {"ours": "ours", "deepgemm": "DeepGEMM layer", "cublaslt": "cuBLASLt la
 PARTS = ("whole layer", "layer without MoE")  # the rows of whole layers in one graph
 
 
-def newest():
-    """``(file name, run)`` of the newest ``results/deepseek_layer_*.json``, None without one."""
+def newest(section):
+    """``(file name, run)`` of the newest ``results/deepseek_layer_*.json`` with rows of ``section``,
+    None without one."""
     runs = [(json.loads(path.read_text()), path.name) for path in sorted(RESULTS.glob(PATTERN))]
+    runs = [found for found in runs if any(row["section"] == section for row in found[0]["rows"])]
     if not runs:
         return None
     run, name = max(runs, key=lambda found: (found[0]["meta"]["date"], found[1]))
@@ -97,11 +100,17 @@ def moe_table(rows, copy_gbps) -> str:
     lines = [
         "| expected_m | max_m | experts with a token | tokens | ours us | ours GB/s | ours, of copy | "
         "decode-MoE kernel us | its GB/s | its share of copy | DeepGEMM us | DeepGEMM GB/s | DeepGEMM / ours | "
-        "DeepGEMM / decode-MoE kernel |",
-        "|---" * 14 + "|",
+        "DeepGEMM / decode-MoE kernel | fastest tile swept (us) |",
+        "|---" * 15 + "|",
     ]
     for (e,), impls in by_impl(rows, "expected_m").items():
         ours, kernel, theirs = impls["ours"], impls.get("ours decode-MoE"), impls.get("deepgemm")
+        tiles = {
+            impl[len("decode-MoE ") :]: row["us"]
+            for impl, row in impls.items()
+            if impl.startswith("decode-MoE ")
+        }
+        best = min(tiles, key=tiles.get, default=None)
         own = (
             [f"{kernel['us']:.1f}", f"{kernel['gbps']:.0f}", f"{kernel['of_copy']:.0%}"]
             if kernel
@@ -111,7 +120,9 @@ def moe_table(rows, copy_gbps) -> str:
         dg.append(f"{theirs['us'] / kernel['us']:.2f}x" if theirs and kernel else "n/a")
         lines.append(
             f"| {e} | {ours['max_m']} | {ours['active_experts']} | {sum(ours['tokens'])} | {ours['us']:.1f} | "
-            f"{ours['gbps']:.0f} | {ours['of_copy']:.0%} | " + " | ".join(own + dg) + " |"
+            f"{ours['gbps']:.0f} | {ours['of_copy']:.0%} | "
+            + " | ".join(own + dg)
+            + (f" | {best} ({tiles[best]:.1f}) |" if best else " | n/a |")
         )
     return (
         prose(
@@ -125,31 +136,41 @@ def moe_table(rows, copy_gbps) -> str:
     )
 
 
+def run_note(name, meta) -> str:
+    """The run's command, machine and versions, and where its data is."""
+    kernel = (
+        " The masked GEMMs of ours ran the decode-MoE kernel (`--decode-moe`), which `auto` does not take yet."
+        if meta.get("decode_moe")
+        else ""
+    )
+    return f"```\n{meta['command']}\n```\n\n" + prose(
+        f"{meta['device']}, {meta['date'][:10]}, torch {meta['torch']}, Triton {meta['triton']}, DeepGEMM "
+        f"{(meta.get('deepgemm') or '?')[:12]}. Microseconds per call, medians of CUDA-graph replays; a "
+        "ratio is the other layer's time over ours (above 1: ours is faster). Each GEMM alone cycles "
+        "through input sets larger than twice the L2; each whole layer is one graph on one set."
+        f"{kernel} Data: [`results/{name}`](results/{name})."
+    )
+
+
 def deepseek_layer() -> str:
-    """The block: the run's command and machine, the layer's tables and the MoE's, or a placeholder."""
-    found = newest()
-    if found is None:
+    """The block: per section, the newest run's command and machine and its tables, or a placeholder."""
+    parts = []
+    for section in ("layer", "moe"):
+        found = newest(section)
+        if found is None:
+            continue
+        name, run = found
+        rows = [r for r in run["rows"] if r["section"] == section]
+        parts.append(run_note(name, run["meta"]))
+        if section == "layer":
+            parts += [layer_tables(rows), calls_table(rows)]
+        else:
+            parts.append(moe_table(rows, run["meta"]["copy_gbps"]))
+    if not parts:
         return prose(
             "No run yet. `benchmarks/deepseek_layer.py` writes `deepseek_layer.json`; copied to "
             "`results/deepseek_layer_<gpu>.json`, `python benchmarks/report.py` fills this block from it."
         )
-    name, run = found
-    meta, rows = run["meta"], run["rows"]
-    layer, moe = [r for r in rows if r["section"] == "layer"], [r for r in rows if r["section"] == "moe"]
-    parts = [
-        f"```\n{meta['command']}\n```",
-        prose(
-            f"{meta['device']}, {meta['date'][:10]}, torch {meta['torch']}, Triton {meta['triton']}, DeepGEMM "
-            f"{(meta.get('deepgemm') or '?')[:12]}. Microseconds per call, medians of CUDA-graph replays; a "
-            "ratio is the other layer's time over ours (above 1: ours is faster). Each GEMM alone cycles "
-            "through input sets larger than twice the L2; each whole layer is one graph on one set."
-        ),
-    ]
-    if layer:
-        parts += [layer_tables(layer), calls_table(layer)]
-    if moe:
-        parts.append(moe_table(moe, meta["copy_gbps"]))
-    parts.append(prose(f"Data: [`results/{name}`](results/{name})."))
     return "\n\n".join(parts)
 
 
