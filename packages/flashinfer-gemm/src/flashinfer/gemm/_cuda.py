@@ -19,7 +19,9 @@ Kernel tiers (``flashinfer._core.kernel_tier``): the Gluon kernels (``kernels.bm
 on compute capability 9.0 with the Triton versions they were built for. ``auto`` takes them
 where the H200 benchmark shows them ahead of the alternative (``GLUON_GROUPED_IN_AUTO``): the
 grouped GEMMs (contiguous, masked and row segments), ahead of the tl kernels on DeepSeek's MoE
-shapes (``benchmarks/RESULTS.md``, "The Hopper Gluon block-scaled GEMMs"). The dense block-scaled GEMM runs the decode-size kernel up to
+shapes (``benchmarks/RESULTS.md``, "The Hopper Gluon block-scaled GEMMs"); masked calls whose
+``expected_m`` is at most ``MASKED_DECODE_MAX_EXPECTED_M`` take the decode-MoE kernel
+(``kernels.blockwise.gluon_fp8_masked_decode_gemm``). The dense block-scaled GEMM runs the decode-size kernel up to
 ``DECODE_GEMM_MAX_M`` rows (``kernels.blockwise.fp8_decode_gemm``, a portable Triton kernel, on
 every tier but a forced Gluon one), or cuBLASLt where its table measured cuBLASLt faster; above,
 cuBLASLt, which is ahead at most m; ``bmm_fp8`` stays on its measured routes (``GLUON_IN_AUTO``).
@@ -65,10 +67,12 @@ DECODE_GEMM_MAX_M = 256
 GLUON_DECODE_IN_AUTO = True
 # Masked grouped GEMMs whose expected_m is at most this run the decode-MoE kernel on the Gluon
 # tier (kernels.blockwise.gluon_fp8_masked_decode_gemm: each expert's weights streamed once,
-# experts without tokens never read); above it, the persistent grouped kernel. Whether auto takes
-# it: not until a GPU run has checked and timed it against DeepGEMM (benchmarks/deepseek_layer.py).
+# experts without tokens never read); above it, the persistent grouped kernel. auto takes it: on
+# an H100 it streamed DeepSeek's MoE down projection (32 experts, n 7168, k 2048) at 1.03-1.09x
+# DeepGEMM's speed up to expected_m 16 and 0.89-0.98x at 32-64, where the persistent kernel took
+# 1.5x DeepGEMM's time (benchmarks/notes_decode_gemm.md, "The decode-MoE kernel").
 MASKED_DECODE_MAX_EXPECTED_M = 64
-GLUON_MASKED_DECODE_IN_AUTO = False
+GLUON_MASKED_DECODE_IN_AUTO = True
 
 
 def _has_fp8_mma(device: torch.device) -> bool:
