@@ -121,7 +121,7 @@ def masked(name, n, k, expected_m, tokens, max_m) -> Gemm:
     """``batch_deepgemm_fp8_nt_groupwise``: 32 experts of ``max_m`` rows, ``tokens[e]`` valid; no cuBLASLt."""
 
     def make():
-        from flashinfer.gemm import _cuda, batch_deepgemm_fp8_nt_groupwise
+        from flashinfer.gemm import batch_deepgemm_fp8_nt_groupwise
         from flashinfer.gemm._args import GroupedMasked
         from flashinfer.gemm.kernels.blockwise import gluon_fp8_masked_decode_gemm
 
@@ -130,25 +130,17 @@ def masked(name, n, k, expected_m, tokens, max_m) -> Gemm:
         out = torch.empty(EXPERTS, max_m, n, device="cuda", dtype=BF16)
         args = (a, b, a_scale, b_scale, tokens.cuda(), expected_m)
 
-        def decode_moe():  # the public call with auto taking the decode-MoE kernel
-            _cuda.GLUON_MASKED_DECODE_IN_AUTO, shipped = True, _cuda.GLUON_MASKED_DECODE_IN_AUTO
-            try:
-                batch_deepgemm_fp8_nt_groupwise(*args, out=out)
-            finally:
-                _cuda.GLUON_MASKED_DECODE_IN_AUTO = shipped
-
         def tile(config):  # the decode-MoE kernel itself, on a given tile
             gluon_fp8_masked_decode_gemm.group_gemm_masked(GroupedMasked(*args, out), config)
 
-        return {"ours": lambda: batch_deepgemm_fp8_nt_groupwise(*args, out=out), "ours decode-MoE": decode_moe, "tile": tile,
+        return {"ours": lambda: batch_deepgemm_fp8_nt_groupwise(*args, out=out), "tile": tile,
                 "deepgemm": _deepgemm.masked(*args, out), "cublaslt": None, "out": out,
                 "valid": torch.arange(max_m, device="cuda") < args[4][:, None]}  # fmt: skip
 
     rows = tokens.tolist()
     active = sum(t > 0 for t in rows)
     weights = active * (n * k + 4 * (n // 128) * (k // 128))  # the experts with a token: weights, scales
-    calls = {"ours": "batch_deepgemm_fp8_nt_groupwise", "ours decode-MoE": "batch_deepgemm_fp8_nt_groupwise, auto taking the decode-MoE kernel",
-             "deepgemm": "m_grouped_gemm_fp8_fp8_bf16_nt_masked", "cublaslt": None}  # fmt: skip
+    calls = {"ours": "batch_deepgemm_fp8_nt_groupwise", "deepgemm": "m_grouped_gemm_fp8_fp8_bf16_nt_masked", "cublaslt": None}  # fmt: skip
     info = dict(expected_m=expected_m, max_m=max_m, tokens=rows, active_experts=active, weight_bytes=weights)
     return Gemm(name, f"{EXPERTS} x {max_m} rows n={n} k={k}", make, calls, ("masked", max_m, n, k, EXPERTS, expected_m),
                 weights + sum(rows) * (k + 2 * n), 2 * sum(rows) * n * k, info)  # fmt: skip
@@ -201,9 +193,7 @@ def prepare(gemm):
     """``gemm``'s input sets (``rotating``), ``{impl: error against ours}`` on the first; raises above TOL."""
     sets = rotating(gemm.make, max(gemm.nbytes, 1 << 20))
     first, errors = sets[0], {}
-    for impl in [*IMPLS[1:], "ours decode-MoE"]:
-        if impl not in first:
-            continue
+    for impl in IMPLS[1:]:
         valid = first.get("valid")
         if first[impl] is None or (valid is not None and not bool(valid.any())):
             continue  # not run, or no token routed to any expert: nothing to compare
@@ -262,7 +252,7 @@ def tile_candidates(expected_m) -> list:
 def moe_section(cases, rows, save, copy_bps, tiles):
     for g in cases:
         sets, errors = prepare(g)
-        calls = {impl: lambda d, impl=impl: d[impl]() for impl in ("ours", "ours decode-MoE", "deepgemm")}
+        calls = {impl: lambda d, impl=impl: d[impl]() for impl in ("ours", "deepgemm")}
         if tiles:
             for c in tile_candidates(g.info["expected_m"]):
                 calls[f"decode-MoE {c.block_w}x{c.block_t}, {c.stages} stages"] = lambda d, c=c: d["tile"](c)
@@ -289,12 +279,13 @@ def table(rows) -> str:
         lines.append(f"{key[0]:4d} {key[1]:18s} " + " ".join(f"{cell(us, i):>{w}s}" for i, w in zip(IMPLS, (9, 20, 20))))  # fmt: skip
     moe = [r for r in rows if r["section"] == "moe"]
     if moe:
-        lines.append(f"\n{'expected_m':>10s} {'experts':>7s} {'ours us (GB/s, of copy)':>26s} {'decode-MoE us (GB/s, of copy)':>30s} {'DeepGEMM us (GB/s)':>20s}")  # fmt: skip
+        lines.append(f"\n{'expected_m':>10s} {'experts':>7s} {'ours us (GB/s, of copy)':>26s} {'DeepGEMM us (GB/s)':>20s}")  # fmt: skip
     for e in dict.fromkeys(r["expected_m"] for r in moe):
-        ours, kernel, theirs = (next(r for r in moe if (r["expected_m"], r["impl"]) == (e, i))
-                                for i in ("ours", "ours decode-MoE", "deepgemm"))  # fmt: skip
+        ours, theirs = (
+            next(r for r in moe if (r["expected_m"], r["impl"]) == (e, i)) for i in ("ours", "deepgemm")
+        )
         lines.append(f"{e:10d} {ours['active_experts']:7d} {ours['us']:9.1f} ({ours['gbps']:5.0f}, {ours['of_copy']:4.0%}) "
-                     f"{kernel['us']:9.1f} ({kernel['gbps']:5.0f}, {kernel['of_copy']:4.0%}) {theirs['us']:11.1f} ({theirs['gbps']:5.0f})")  # fmt: skip
+                     f"{theirs['us']:11.1f} ({theirs['gbps']:5.0f})")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -307,14 +298,8 @@ def main():
     parser.add_argument(
         "--moe-tiles", action="store_true", help="moe: also the decode-MoE kernel on tiles around its pick"
     )
-    parser.add_argument("--decode-moe", action="store_true",
-                        help="layer: auto takes the decode-MoE kernel for the masked GEMMs (as moe's 'ours decode-MoE')")  # fmt: skip
     args = parser.parse_args()
     require_cuda_gpu("deepseek_layer.py")
-    if args.decode_moe:
-        from flashinfer.gemm import _cuda
-
-        _cuda.GLUON_MASKED_DECODE_IN_AUTO = True
     try:
         print(_deepgemm.describe(), flush=True)
     except Exception as error:  # not prepared, not importable or no compiler: say so before timing
@@ -325,7 +310,7 @@ def main():
         moe = [g for g in moe if g.info["expected_m"] in args.moe_expected_m]
     _deepgemm.precompile(list(dict.fromkeys(g.dg for g in [*sum(layer.values(), []), *moe] if g.dg)))
     copy_bps = copy_bandwidth() if moe else None
-    meta = run_meta(called_through="public API (flashinfer.gemm)", deepgemm=_deepgemm.version(), decode_moe=args.decode_moe,
+    meta = run_meta(called_through="public API (flashinfer.gemm)", deepgemm=_deepgemm.version(),
                     copy_gbps=copy_bps and copy_bps / 1e9)  # fmt: skip
     print(meta, flush=True)
     torch.manual_seed(0)
