@@ -50,8 +50,8 @@ from ...._core.triton_compat import cp_async_load, tma_load
 from ...._core.triton_launch import FastLaunch
 from ....utils import ceil_div
 from .. import group_strides, multiprocessors
-from ..gluon_tma import BLOCK_K, SUB_M, tma_rows_descriptor
-from .gluon_fp8_decode_gemm import launch_options, operand_rings
+from ..gluon_tma import SUB_M, tma_rows_descriptor
+from .gluon_fp8_decode_gemm import launch_options, operand_rings, stages_for
 
 # The producer warp holds its pointers, masks and the group table (GROUPS / 32 values of two
 # vectors); the second math warpgroup takes what the decode GEMM's does (launch_options).
@@ -60,12 +60,6 @@ MATH_REGISTERS = gl.constexpr(232)
 # Tokens a tile can take, and the experts a launch can take (the group table lives in registers).
 MAX_BLOCK_T = 128
 MAX_GROUPS = 1024
-# The ring's share of the 227 KB a block may hold: the rest is the epilogue's layout conversion
-# (about 16 KB) and the barriers. The deeper the ring, the more weight bytes in flight a
-# multiprocessor (one program each): on an H100 the 4-stage ring of 128 x 128 tiles streamed the
-# weights at 77% of the copy bandwidth.
-RING_BUDGET = 200 * 1024
-MAX_STAGES = 12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,15 +75,11 @@ class MaskedDecodeConfig:
 def pick_config(expected_m: int) -> MaskedDecodeConfig:
     """The tile for ``expected_m`` tokens an expert: room for twice the expected count (counts
     drawn around it seldom need a second token tile, which reads the weights again), 128
-    weight rows (two math warpgroups)."""
+    weight rows (two math warpgroups), the decode GEMM's ring (4 stages at 128 tokens, 6 at 64:
+    as measured on an H100; a deeper ring, which shared memory allows, is the next thing to time
+    at 32-64 tokens an expert, ``benchmarks/notes_decode_gemm.md``)."""
     block_t = min(MAX_BLOCK_T, max(16, triton.next_power_of_2(2 * expected_m)))
     return MaskedDecodeConfig(128, block_t, stages_for(128, block_t))
-
-
-def stages_for(block_w: int, block_t: int) -> int:
-    """The deepest ring of ``block_w`` weight rows and ``block_t`` tokens a stage (operands and
-    their float32 scales) within :data:`RING_BUDGET`, at most :data:`MAX_STAGES`."""
-    return max(2, min(MAX_STAGES, RING_BUDGET // ((block_w + block_t) * (BLOCK_K + 4))))
 
 
 @gluon.jit
