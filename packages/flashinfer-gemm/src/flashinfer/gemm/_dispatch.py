@@ -120,7 +120,10 @@ ROUTES = {
     },
     "batch_deepgemm_fp8_nt_groupwise": {
         "reference": "batched float32 matmul, rows past masked_m kept",
-        "cuda": _GLUON_GROUPED + _FP8_BELOW_SM89,
+        "cuda": "on Hopper (sm_90) with Triton 3.6 or 3.7, where TMA takes the operands: up to expected_m 64 the "
+        "Gluon decode-MoE kernel (each expert's weights streamed once, experts without tokens never read), "
+        "above it the warp-specialized Gluon grouped kernel; elsewhere the persistent Triton blockwise FP8 "
+        "kernel" + _FP8_BELOW_SM89,
         "mate": "mate.gemm.masked_moe_gemm_8bit (MUBIN)",
     },
 }
